@@ -1,0 +1,1 @@
+"""Prometheus rules generated from the guardrail configuration."""

@@ -1,0 +1,1 @@
+"""Trace sources: OTLP receivers, the Kafka consumer, span assembly."""

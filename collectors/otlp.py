@@ -1,0 +1,271 @@
+"""Decoding of OTLP trace payloads (protobuf and OTLP/JSON) into plain ``Span`` values.
+
+Both encodings end in the same ``Span`` so that assembly and the OpenInference
+mapping see one shape. Validation happens here, per span: a span that cannot be
+trusted is rejected (and reported through OTLP partial success), the rest of the
+request is kept.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+# A retriever span listing more documents than this is refused: no real
+# retriever hands thousands of chunks to a generator, and holding them would
+# let one request take the memory meant for many traces.
+MAX_DOCUMENTS_PER_SPAN = 1000
+_DOCUMENT_PREFIXES = ("retrieval.documents.", "reranker.output_documents.")
+
+
+class PayloadError(ValueError):
+    """The payload as a whole cannot be decoded; the reason is safe to log."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpanEvent:
+    name: str
+    time_ns: int
+    attributes: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    trace_id: str  # 32 lowercase hex digits
+    span_id: str  # 16 lowercase hex digits
+    parent_span_id: str | None
+    name: str
+    start_ns: int
+    end_ns: int
+    attributes: Mapping[str, Any]
+    events: tuple[SpanEvent, ...] = ()
+
+    @property
+    def duration_s(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e9
+
+
+@dataclass(slots=True)
+class DecodedSpans:
+    """The spans of one payload that passed validation, and what was rejected."""
+
+    spans: list[Span] = field(default_factory=list)
+    rejected: int = 0
+    first_error: str | None = None
+
+    def reject(self, reason: str) -> None:
+        self.rejected += 1
+        if self.first_error is None:
+            self.first_error = reason
+
+
+class SpanRejected(ValueError):
+    pass
+
+
+def decode_otlp_proto(body: bytes) -> DecodedSpans:
+    """Decode an OTLP ``ExportTraceServiceRequest`` in protobuf encoding."""
+    try:
+        request = ExportTraceServiceRequest.FromString(body)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise PayloadError(f"undecodable protobuf: {type(exc).__name__}") from exc
+    return spans_from_request(request)
+
+
+def spans_from_request(request: ExportTraceServiceRequest) -> DecodedSpans:
+    """Validate and convert the spans of an already parsed request."""
+    decoded = DecodedSpans()
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                try:
+                    decoded.spans.append(
+                        _checked_span(
+                            trace_id=_proto_id(span.trace_id, 16, "trace_id"),
+                            span_id=_proto_id(span.span_id, 8, "span_id"),
+                            parent=_proto_id(span.parent_span_id, 8, "parent_span_id")
+                            if span.parent_span_id
+                            else None,
+                            name=span.name,
+                            start_ns=span.start_time_unix_nano,
+                            end_ns=span.end_time_unix_nano,
+                            attributes=_proto_attributes(span.attributes),
+                            events=tuple(
+                                SpanEvent(e.name, e.time_unix_nano, _proto_attributes(e.attributes))
+                                for e in span.events
+                            ),
+                        )
+                    )
+                except SpanRejected as exc:
+                    decoded.reject(str(exc))
+    return decoded
+
+
+def _proto_id(raw: bytes, size: int, what: str) -> str:
+    if len(raw) != size or not any(raw):
+        raise SpanRejected(f"{what} must be {size} non-zero bytes")
+    return raw.hex()
+
+
+def _proto_attributes(pairs: Iterable[KeyValue]) -> dict[str, Any]:
+    return {pair.key: _proto_value(pair.value) for pair in pairs}
+
+
+def _proto_value(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return [_proto_value(item) for item in value.array_value.values]
+    if kind == "kvlist_value":
+        return _proto_attributes(value.kvlist_value.values)
+    return getattr(value, kind) if kind else None
+
+
+def decode_otlp_json(body: bytes) -> DecodedSpans:
+    """Decode an OTLP/JSON ``ExportTraceServiceRequest`` (hex ids, int64 as strings)."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise PayloadError(f"invalid JSON: {exc.msg}") from exc
+    if not isinstance(document, dict):
+        raise PayloadError("OTLP/JSON body must be an object")
+    decoded = DecodedSpans()
+    for resource_spans in _json_list(document, "resourceSpans", "resource_spans"):
+        for scope_spans in _json_list(resource_spans, "scopeSpans", "scope_spans"):
+            for span in _json_list(scope_spans, "spans", "spans"):
+                try:
+                    decoded.spans.append(_json_span(span))
+                except SpanRejected as exc:
+                    decoded.reject(str(exc))
+                except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                    decoded.reject(f"malformed span: {type(exc).__name__}")
+    return decoded
+
+
+def _json_list(node: Any, camel: str, snake: str) -> list[Any]:
+    if not isinstance(node, dict):
+        raise PayloadError(f"expected an object holding {camel!r}")
+    items = node.get(camel, node.get(snake, []))
+    if not isinstance(items, list):
+        raise PayloadError(f"{camel!r} must be a list")
+    return items
+
+
+def _json_span(span: dict[str, Any]) -> Span:
+    parent = span.get("parentSpanId", span.get("parent_span_id")) or None
+    return _checked_span(
+        trace_id=_json_id(span.get("traceId", span.get("trace_id")), 16, "traceId"),
+        span_id=_json_id(span.get("spanId", span.get("span_id")), 8, "spanId"),
+        parent=_json_id(parent, 8, "parentSpanId") if parent else None,
+        name=_json_str(span.get("name", "")),
+        start_ns=_json_int(span.get("startTimeUnixNano", span.get("start_time_unix_nano", 0))),
+        end_ns=_json_int(span.get("endTimeUnixNano", span.get("end_time_unix_nano", 0))),
+        attributes=_json_attributes(span.get("attributes", [])),
+        events=tuple(
+            SpanEvent(
+                _json_str(event.get("name", "")),
+                _json_int(event.get("timeUnixNano", event.get("time_unix_nano", 0))),
+                _json_attributes(event.get("attributes", [])),
+            )
+            for event in span.get("events", [])
+        ),
+    )
+
+
+def _json_id(raw: Any, size: int, what: str) -> str:
+    if not isinstance(raw, str) or len(raw) != 2 * size:
+        raise SpanRejected(f"{what} must be {2 * size} hex digits")
+    try:
+        value = bytes.fromhex(raw)
+    except ValueError as exc:
+        raise SpanRejected(f"{what} must be {2 * size} hex digits") from exc
+    if not any(value):
+        raise SpanRejected(f"{what} must not be all zero")
+    return value.hex()
+
+
+def _json_str(raw: Any) -> str:
+    if not isinstance(raw, str):
+        raise TypeError("expected a string")
+    return raw
+
+
+def _json_int(raw: Any) -> int:
+    # OTLP/JSON writes int64 as decimal strings; plain numbers are accepted too.
+    if isinstance(raw, bool) or not isinstance(raw, int | str):
+        raise TypeError("expected an integer")
+    return int(raw)
+
+
+def _json_attributes(pairs: Any) -> dict[str, Any]:
+    if not isinstance(pairs, list):
+        raise TypeError("attributes must be a list")
+    return {_json_str(pair["key"]): _json_value(pair.get("value", {})) for pair in pairs}
+
+
+def _json_value(value: Any) -> Any:
+    if not isinstance(value, dict):
+        raise TypeError("an attribute value must be an object")
+    if "stringValue" in value:
+        return _json_str(value["stringValue"])
+    if "boolValue" in value:
+        if not isinstance(value["boolValue"], bool):
+            raise TypeError("boolValue must be a boolean")
+        return value["boolValue"]
+    if "intValue" in value:
+        return _json_int(value["intValue"])
+    if "doubleValue" in value:
+        raw = value["doubleValue"]
+        if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+            raise TypeError("doubleValue must be a number")
+        return float(raw)
+    if "arrayValue" in value:
+        return [_json_value(item) for item in value["arrayValue"].get("values", [])]
+    if "kvlistValue" in value:
+        return _json_attributes(value["kvlistValue"].get("values", []))
+    if "bytesValue" in value:
+        try:
+            return base64.b64decode(_json_str(value["bytesValue"]), validate=True)
+        except binascii.Error as exc:
+            raise TypeError("bytesValue must be base64") from exc
+    return None
+
+
+def _checked_span(
+    *,
+    trace_id: str,
+    span_id: str,
+    parent: str | None,
+    name: str,
+    start_ns: int,
+    end_ns: int,
+    attributes: dict[str, Any],
+    events: tuple[SpanEvent, ...],
+) -> Span:
+    if start_ns <= 0 or end_ns < start_ns:
+        raise SpanRejected("span times must satisfy 0 < start <= end")
+    documents = 0
+    for key, value in attributes.items():
+        if key.startswith(_DOCUMENT_PREFIXES):
+            index = key.split(".", 3)[2]
+            if index.isdigit():
+                documents = max(documents, int(index) + 1)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpanRejected(f"attribute {key} is not a finite number")
+        if isinstance(value, list) and any(
+            isinstance(item, float) and not math.isfinite(item) for item in value
+        ):
+            raise SpanRejected(f"attribute {key} holds a non-finite number")
+    if documents > MAX_DOCUMENTS_PER_SPAN:
+        raise SpanRejected(f"span lists {documents} documents, more than {MAX_DOCUMENTS_PER_SPAN}")
+    return Span(trace_id, span_id, parent, name, start_ns, end_ns, attributes, events)

@@ -1,0 +1,96 @@
+"""OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export``.
+
+Status codes follow the OTLP specification: INVALID_ARGUMENT when every span
+was refused (not retryable), UNAVAILABLE when the pipeline queue stays full
+(retryable), UNAUTHENTICATED without the bearer token, RESOURCE_EXHAUSTED
+(from grpc itself) over ``max_request_bytes``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from concurrent import futures
+
+import grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import (
+    TraceServiceServicer,
+    add_TraceServiceServicer_to_server,
+)
+
+from collectors.otlp import spans_from_request
+from collectors.otlp_http import bearer_token
+from monitor.config import OtlpConfig
+from monitor.pipeline import Pipeline, SpanBatch
+
+_SUBMIT_TIMEOUT_S = 2.0
+
+
+class _TraceService(TraceServiceServicer):  # type: ignore[misc]
+    def __init__(self, pipeline: Pipeline, token: str | None) -> None:
+        self._pipeline = pipeline
+        self._expected_auth = f"Bearer {token}".encode() if token else None
+
+    def Export(  # noqa: N802 (the gRPC method name)
+        self, request: ExportTraceServiceRequest, context: grpc.ServicerContext
+    ) -> ExportTraceServiceResponse:
+        if self._expected_auth is not None:
+            given = dict(context.invocation_metadata()).get("authorization", "")
+            if not hmac.compare_digest(str(given).encode(), self._expected_auth):
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+        metrics = self._pipeline.metrics
+        decoded = spans_from_request(request)
+        if decoded.rejected:
+            metrics.rejected_spans.labels("otlp").inc(decoded.rejected)
+            if not decoded.spans:
+                metrics.count_record("otlp", "invalid")
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"every span was rejected: {decoded.first_error}",
+                )
+        if not decoded.spans:
+            metrics.count_record("otlp", "ok")
+        elif not self._pipeline.submit(SpanBatch(decoded.spans, "otlp"), _SUBMIT_TIMEOUT_S):
+            context.abort(grpc.StatusCode.UNAVAILABLE, "pipeline queue is full, retry later")
+        response = ExportTraceServiceResponse()
+        if decoded.rejected:
+            response.partial_success.CopyFrom(
+                ExportTracePartialSuccess(
+                    rejected_spans=decoded.rejected, error_message=decoded.first_error or ""
+                )
+            )
+        return response
+
+
+class OtlpGrpcReceiver:
+    """The gRPC server on its own port; ``shutdown`` is safe before start and twice."""
+
+    def __init__(self, config: OtlpConfig, pipeline: Pipeline, workers: int = 4) -> None:
+        self._config = config
+        self._service = _TraceService(pipeline, bearer_token(config))
+        self._workers = workers
+        self._server: grpc.Server | None = None
+        self.port: int = config.grpc.port
+
+    def start(self) -> None:
+        limit = self._config.max_request_bytes
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="otlp-grpc"),
+            options=[("grpc.max_receive_message_length", limit)],
+        )
+        add_TraceServiceServicer_to_server(self._service, server)
+        address = f"{self._config.grpc.host}:{self._config.grpc.port}"
+        self.port = server.add_insecure_port(address)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {address}")
+        server.start()
+        self._server = server
+
+    def shutdown(self, grace_s: float = 5.0) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop(grace_s).wait()

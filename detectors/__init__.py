@@ -1,0 +1,1 @@
+"""Detectors: one module each; cheap ones observe every trace inline."""

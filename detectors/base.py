@@ -1,0 +1,25 @@
+"""The detector protocol: cheap detectors observe every trace inline."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Protocol
+
+from monitor.trace import Event, RagTrace
+
+
+class Detector(Protocol):
+    """A processor of ``RagTrace`` values, owning its metrics on an injected registry."""
+
+    name: ClassVar[str]  # the config key, lower_snake_case
+
+    def observe(self, trace: RagTrace) -> None:
+        """Look at one trace; cheap, inline, never raises on bad data."""
+
+    def observe_event(self, event: Event) -> None:
+        """Look at a label or feedback event."""
+
+    def start(self) -> None:
+        """Start background workers, if any."""
+
+    def shutdown(self) -> None:
+        """Stop workers and flush; safe before start and twice."""

@@ -1,0 +1,3 @@
+"""rag-monitor: an online production-monitoring sidecar for RAG services."""
+
+__version__ = "0.1.0"

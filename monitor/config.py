@@ -1,0 +1,279 @@
+"""Configuration: the YAML file of DESIGN.md, validated by pydantic.
+
+Every key has an environment override ``RAG_MONITOR_<SECTION>__<KEY>``
+(``__`` separates nesting levels); its value is read as a YAML scalar, so
+``RAG_MONITOR_DETECTORS__LATENCY__QUANTILES='[0.5, 0.9]'`` works.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+ENV_PREFIX = "RAG_MONITOR_"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Endpoint(_Section):
+    host: str = Field("127.0.0.1", description="address to bind; loopback by default")
+    port: int = Field(9464, ge=0, le=65535, description="TCP port (0 picks a free one)")
+
+
+class Listener(Endpoint):
+    enabled: bool = Field(True, description="start this receiver")
+
+
+class ServiceConfig(_Section):
+    metrics: Endpoint = Field(
+        default_factory=Endpoint, description="where /metrics, /healthz and /readyz are served"
+    )
+    state_dir: Path = Field(
+        Path("./rag-monitor-state"), description="drift reference, history, join state"
+    )
+    tenant_labels: list[str] = Field(
+        default_factory=list, description="allow-list for a tenant label; others become 'other'"
+    )
+
+
+class OtlpConfig(_Section):
+    http: Listener = Field(
+        default_factory=lambda: Listener(port=4318),
+        description="OTLP/HTTP: POST /v1/traces, /v1/labels, /v1/feedback",
+    )
+    grpc: Listener = Field(
+        default_factory=lambda: Listener(port=4317), description="OTLP/gRPC TraceService/Export"
+    )
+    auth_token_env: str | None = Field(
+        None, description="name of an environment variable holding the required bearer token"
+    )
+    max_request_bytes: int = Field(
+        8_388_608, gt=0, description="largest accepted request body, after decompression"
+    )
+
+
+class KafkaTopics(_Section):
+    traces: list[str] = Field(
+        default_factory=lambda: ["otlp_spans"], description="topics carrying traces"
+    )
+    labels: str | None = Field("rag-labels", description="topic of gold-document labels")
+    feedback: str | None = Field("rag-feedback", description="topic of user feedback events")
+
+
+PayloadFormat = Literal["auto", "otlp_proto", "otlp_json", "rag_trace_json"]
+
+
+class KafkaConfig(_Section):
+    bootstrap_servers: str | list[str] | None = Field(
+        None, description="broker list; Kafka is off until this is set"
+    )
+    group_id: str = Field("rag-monitor", description="consumer group")
+    topics: KafkaTopics = Field(default_factory=KafkaTopics, description="topics to consume")
+    format: PayloadFormat = Field("auto", description="payload format of the trace topics")
+    dead_letter_topic: str | None = Field(
+        "rag-monitor-dlq", description="where undecodable records go (null: only count them)"
+    )
+    security: dict[str, Any] = Field(
+        default_factory=dict,
+        description="passed to kafka-python (security_protocol, sasl_*, ssl_*)",
+    )
+
+
+class PhoenixConfig(_Section):
+    enabled: bool = Field(False, description="poll spans from / annotate to Phoenix")
+    endpoint: str = Field("http://127.0.0.1:6006", description="Phoenix base URL")
+    project: str = Field("default", description="Phoenix project name")
+    annotate: bool = Field(True, description="write faithfulness scores back as annotations")
+
+
+class CollectorsConfig(_Section):
+    otlp: OtlpConfig = Field(default_factory=OtlpConfig, description="OTLP receivers")
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig, description="Kafka consumer")
+    phoenix: PhoenixConfig = Field(default_factory=PhoenixConfig, description="Phoenix")
+
+
+class AssemblyConfig(_Section):
+    grace_s: float = Field(2.0, ge=0, description="wait after the root span for late children")
+    ttl_s: float = Field(60.0, gt=0, description="emit a trace without root after this (expired)")
+    max_pending_traces: int = Field(
+        100_000, gt=0, description="traces held at most; the oldest is emitted early beyond it"
+    )
+
+
+class LatencyConfig(_Section):
+    window_s: float = Field(300, gt=0, description="sliding window of the quantile gauges")
+    quantiles: list[float] = Field(
+        default_factory=lambda: [0.5, 0.95, 0.99], description="quantiles exported per stage"
+    )
+
+    @field_validator("quantiles")
+    @classmethod
+    def _in_unit_interval(cls, quantiles: list[float]) -> list[float]:
+        if not all(0 < q < 1 for q in quantiles):
+            raise ValueError("every quantile must be in (0, 1)")
+        return quantiles
+
+
+class ModelPrice(_Section):
+    input_per_mtok: float = Field(0.0, ge=0, description="USD per million input tokens")
+    output_per_mtok: float = Field(0.0, ge=0, description="USD per million output tokens")
+    embedding_per_mtok: float = Field(0.0, ge=0, description="USD per million embedding tokens")
+    rerank_per_kunit: float = Field(0.0, ge=0, description="USD per thousand rerank units")
+
+
+class CostConfig(_Section):
+    prices: Literal["genai-prices"] = Field("genai-prices", description="price table")
+    overrides: dict[str, ModelPrice] = Field(
+        default_factory=dict, description="model -> prices, for private deployments"
+    )
+
+
+AlwaysSample = Literal["thumbs_down", "probe"]
+
+
+class FaithfulnessConfig(_Section):
+    enabled: bool = Field(True, description="score a sample of answers with HHEM")
+    model: str = Field(
+        "vectara/hallucination_evaluation_model",
+        description="hub id (read from the local cache) or a directory",
+    )
+    sample_rate: float = Field(0.02, gt=0, le=1, description="share of traces scored")
+    always_sample: list[AlwaysSample] = Field(
+        default_factory=lambda: ["thumbs_down", "probe"], description="kinds always scored"
+    )
+    max_per_second: float = Field(5.0, gt=0, description="cap on scored traces per second")
+    threshold: float = Field(0.5, ge=0, le=1, description="score at or above: consistent")
+    granularity: Literal["answer", "sentence"] = Field("answer", description="unit scored")
+    batch_size: int = Field(8, gt=0, description="pairs per model call")
+    device: str = Field("cpu", description="torch device: cpu or cuda")
+
+
+class FilterExclusionConfig(_Section):
+    golden_set: Path | None = Field(None, description="JSON lines of probe_id and gold_doc_ids")
+    recall_k: list[int] = Field(default_factory=lambda: [5, 10], description="k of recall@k")
+    join_ttl_s: float = Field(3600, gt=0, description="how long labels and traces wait to join")
+
+
+class DriftConfig(_Section):
+    enabled: bool = Field(True, description="test query embeddings for drift")
+    backend: Literal["alibi", "scipy"] = Field("alibi", description="MMD implementation")
+    embedder: str | None = Field(None, description="null: use traced query vectors only")
+    reference_size: int = Field(1000, gt=1, description="vectors in the reference window")
+    window_size: int = Field(500, gt=1, description="vectors in each tested window")
+    test_every_records: int = Field(250, gt=0, description="new vectors between tests")
+    p_value: float = Field(0.05, gt=0, lt=1, description="significance level")
+    n_permutations: int = Field(100, gt=0, description="permutations per test")
+
+
+class DetectorsConfig(_Section):
+    latency: LatencyConfig = Field(default_factory=LatencyConfig, description="stage latency")
+    cost: CostConfig = Field(default_factory=CostConfig, description="cost per query")
+    faithfulness: FaithfulnessConfig = Field(
+        default_factory=FaithfulnessConfig, description="sampled HHEM faithfulness"
+    )
+    filter_exclusion: FilterExclusionConfig = Field(
+        default_factory=FilterExclusionConfig, description="relevance-filter false exclusions"
+    )
+    drift: DriftConfig = Field(default_factory=DriftConfig, description="query-embedding drift")
+
+
+class GuardrailsConfig(_Section):
+    faithfulness_min: float = Field(
+        0.85, ge=0, le=1, description="share of sampled answers at or above threshold"
+    )
+    latency_p95_slo_s: dict[str, float] = Field(
+        default_factory=lambda: {"total": 1.5}, description="p95 SLO in seconds per stage"
+    )
+    false_exclusion_max: float = Field(0.02, ge=0, le=1, description="false-exclusion ratio")
+    regeneration_band_sigma: float = Field(3.0, gt=0, description="control band width in sd")
+    cost_per_query_max_usd: float = Field(0.02, gt=0, description="budget per query")
+    for_: str = Field(
+        "10m", alias="for", pattern=r"^[0-9]+[smhd]$", description="how long a breach lasts"
+    )
+
+
+class Config(_Section):
+    service: ServiceConfig = Field(default_factory=ServiceConfig, description="the sidecar")
+    collectors: CollectorsConfig = Field(
+        default_factory=CollectorsConfig, description="trace sources"
+    )
+    assembly: AssemblyConfig = Field(default_factory=AssemblyConfig, description="span assembly")
+    detectors: DetectorsConfig = Field(default_factory=DetectorsConfig, description="detectors")
+    guardrails: GuardrailsConfig = Field(
+        default_factory=GuardrailsConfig, description="alert thresholds"
+    )
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; ``problems`` lists every error with its key path."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+
+def load_config(path: Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """Read ``path`` (or the defaults), apply environment overrides, and validate."""
+    source = str(path) if path else "defaults"
+    raw: Any = {}
+    if path is not None:
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(source, [f"cannot read: {exc}"]) from exc
+        if not isinstance(raw, dict):
+            raise ConfigError(source, ["the top level must be a mapping"])
+    apply_env_overrides(raw, os.environ if environ is None else environ)
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(source, list(_describe_errors(exc))) from exc
+
+
+def apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
+    """Set ``RAG_MONITOR_A__B__C=value`` as ``raw[a][b][c] = yaml(value)``."""
+    for name, value in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX) or "__" not in name[len(ENV_PREFIX) :]:
+            continue
+        keys = [key.lower() for key in name[len(ENV_PREFIX) :].split("__")]
+        node = raw
+        for key in keys[:-1]:
+            child = node.get(key)
+            if not isinstance(child, dict):
+                child = node[key] = {}
+            node = child
+        try:
+            node[keys[-1]] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            node[keys[-1]] = value
+
+
+def _describe_errors(exc: ValidationError) -> Iterator[str]:
+    for error in exc.errors():
+        path = ".".join(str(part) for part in error["loc"])
+        got = "" if error["type"] == "missing" else f" (got {error['input']!r})"
+        if error["type"] == "extra_forbidden":
+            yield f"{path}: unknown key"
+        else:
+            yield f"{path}: {error['msg']}{got}"
+
+
+def explain(model: type[BaseModel] = Config, prefix: str = "") -> Iterator[str]:
+    """Yield ``key: default  # description`` for every key, for ``check-config --explain``."""
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{field.alias or name}"
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield f"{key}:  # {field.description}"
+            yield from explain(annotation, key + ".")
+        else:
+            default = field.get_default(call_default_factory=True)
+            yield f"{key}: {default!r}  # {field.description}"

@@ -1,0 +1,120 @@
+"""Wiring: build the pipeline, detectors, collectors and servers from a ``Config``."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Protocol
+
+import structlog
+from prometheus_client import CollectorRegistry
+
+from detectors.base import Detector
+from detectors.latency import LatencyDetector
+from monitor.config import Config
+from monitor.pipeline import Pipeline, PipelineMetrics
+from monitor.server import MetricsServer, Readiness
+
+log = structlog.get_logger("rag_monitor")
+
+
+class Collector(Protocol):
+    def start(self) -> None: ...
+    def stop_intake(self) -> None: ...
+    def shutdown(self) -> None: ...
+
+
+class _Receiver(Protocol):
+    def start(self) -> None: ...
+    def shutdown(self) -> None: ...
+
+
+class _ReceiverCollector:
+    """A receiver whose intake stops when its server stops."""
+
+    def __init__(self, receiver: _Receiver) -> None:
+        self.receiver = receiver
+        self.listening = False
+
+    def start(self) -> None:
+        self.receiver.start()
+        self.listening = True
+
+    def stop_intake(self) -> None:
+        self.listening = False
+        self.receiver.shutdown()
+
+    def shutdown(self) -> None:
+        self.stop_intake()
+
+
+def build_detectors(config: Config, registry: CollectorRegistry) -> list[Detector]:
+    return [LatencyDetector(config.detectors.latency, registry)]
+
+
+class Sidecar:
+    """The running service. ``start`` then ``shutdown`` (stop intake, drain, commit)."""
+
+    def __init__(self, config: Config, registry: CollectorRegistry | None = None) -> None:
+        # Heavy or optional components are imported here, not at module import,
+        # so that ``rag-monitor --help`` stays fast.
+        from collectors.otlp_grpc import OtlpGrpcReceiver
+        from collectors.otlp_http import OtlpHttpReceiver
+
+        self.config = config
+        self.registry = registry or CollectorRegistry()
+        self.readiness = Readiness()
+        self.pipeline = Pipeline(
+            config.assembly, build_detectors(config, self.registry), PipelineMetrics(self.registry)
+        )
+        otlp = config.collectors.otlp
+        self.http = OtlpHttpReceiver(otlp, self.pipeline) if otlp.http.enabled else None
+        self.grpc = OtlpGrpcReceiver(otlp, self.pipeline) if otlp.grpc.enabled else None
+        self.collectors: list[Collector] = []
+        for name, receiver in (("otlp_http", self.http), ("otlp_grpc", self.grpc)):
+            if receiver is not None:
+                wrapped = _ReceiverCollector(receiver)
+                self.collectors.append(wrapped)
+                self.readiness.add(name, lambda w=wrapped: w.listening)  # type: ignore[misc]
+        if config.collectors.kafka.bootstrap_servers is not None:
+            from collectors.kafka import KafkaCollector
+
+            kafka = KafkaCollector(config.collectors.kafka, self.pipeline)
+            self.collectors.append(kafka)
+            self.readiness.add("kafka", kafka.ready)
+        metrics = config.service.metrics
+        self.metrics_server = MetricsServer(metrics.host, metrics.port, self.registry, self.readiness)
+        self._stopped = threading.Event()
+
+    def start(self) -> None:
+        self.metrics_server.start()
+        self.pipeline.start()
+        for collector in self.collectors:
+            collector.start()
+        log.info(
+            "started",
+            metrics_port=self.metrics_server.port,
+            otlp_http_port=self.http.port if self.http else None,
+            otlp_grpc_port=self.grpc.port if self.grpc else None,
+        )
+
+    def shutdown(self) -> None:
+        """Stop intake, drain the pipeline, commit Kafka offsets, stop serving. Safe twice."""
+        for collector in self.collectors:
+            collector.stop_intake()
+        self.pipeline.shutdown()
+        for collector in self.collectors:
+            collector.shutdown()
+        self.metrics_server.shutdown()
+        self._stopped.set()
+
+    def run_until_signal(self) -> None:
+        """Serve until SIGTERM or SIGINT, then shut down gracefully."""
+        stop = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+        self.start()
+        stop.wait()
+        log.info("stopping")
+        self.shutdown()
+        log.info("stopped")

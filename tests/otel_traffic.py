@@ -1,0 +1,117 @@
+"""Real OpenTelemetry SDK traffic shaped like an OpenInference-instrumented RAG service."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
+from opentelemetry.trace import Tracer, set_span_in_context
+
+NS = 1_000_000_000
+
+
+@dataclass
+class RagRequest:
+    """The stage durations (seconds) and attributes of one synthetic request."""
+
+    start_ns: int
+    embed_s: float = 0.01
+    retrieve_s: float = 0.08
+    rerank_s: float = 0.05
+    generate_s: float = 0.9
+    tenant: str = "acme"
+    documents: Sequence[tuple[str, str]] = (("d1", "acme"), ("d2", "acme"))
+    model: str = "gpt-4o"
+    prompt_tokens: int = 900
+    completion_tokens: int = 120
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def total_s(self) -> float:
+        return self.embed_s + self.retrieve_s + self.rerank_s + self.generate_s
+
+
+def tracer_for(exporter: SpanExporter, name: str = "rag-service") -> tuple[TracerProvider, Tracer]:
+    provider = TracerProvider(resource=Resource.create({"service.name": name}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, provider.get_tracer("tests")
+
+
+def document_attributes(prefix: str, documents: Sequence[tuple[str, str]]) -> dict[str, object]:
+    attributes: dict[str, object] = {}
+    for index, (doc_id, tenant) in enumerate(documents):
+        base = f"{prefix}.{index}.document"
+        attributes[f"{base}.id"] = doc_id
+        attributes[f"{base}.content"] = f"text of {doc_id}"
+        attributes[f"{base}.score"] = 1.0 - index * 0.1
+        attributes[f"{base}.metadata"] = json.dumps({"tenant": tenant})
+    return attributes
+
+
+def emit_rag_request(
+    tracer: Tracer, request: RagRequest, child_tracer: Tracer | None = None
+) -> str:
+    """Emit one request as a CHAIN root with EMBEDDING, RETRIEVER, RERANKER and LLM children.
+
+    With ``child_tracer`` the children go through another exporter than the root.
+    Returns the trace id as hex.
+    """
+    children = child_tracer or tracer
+    t = request.start_ns
+    root = tracer.start_span(
+        "rag.request",
+        start_time=t,
+        attributes={
+            "openinference.span.kind": "CHAIN",
+            "input.value": "what is the refund policy?",
+            "output.value": "Refunds are possible within 30 days.",
+            "rag.tenant": request.tenant,
+            "session.id": "s1",
+            **request.extra,
+        },
+    )
+    context = set_span_in_context(root)
+    stages = [
+        ("embed", "EMBEDDING", request.embed_s, {"embedding.embeddings.0.embedding.vector": [0.1, 0.2, 0.3]}),
+        ("retrieve", "RETRIEVER", request.retrieve_s, document_attributes("retrieval.documents", request.documents)),
+        ("rerank", "RERANKER", request.rerank_s, document_attributes("reranker.output_documents", request.documents)),
+        (
+            "generate",
+            "LLM",
+            request.generate_s,
+            {
+                "llm.model_name": request.model,
+                "llm.provider": "openai",
+                "llm.token_count.prompt": request.prompt_tokens,
+                "llm.token_count.completion": request.completion_tokens,
+            },
+        ),
+    ]
+    for name, kind, seconds, attributes in stages:
+        span = children.start_span(
+            name,
+            context=context,
+            start_time=t,
+            attributes={"openinference.span.kind": kind, **attributes},
+        )
+        span.end(end_time=t + round(seconds * NS))
+        t += round(seconds * NS)
+    root.end(end_time=t)
+    return format(root.get_span_context().trace_id, "032x")
+
+
+class MemoryExporter(SpanExporter):
+    """Keeps finished spans, to encode them into OTLP payloads by hand."""
+
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> object:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        self.spans.extend(spans)
+        return SpanExportResult.SUCCESS
