@@ -62,7 +62,9 @@ def decode_trace_record(value: bytes, payload_format: PayloadFormat) -> tuple[Wo
         payload_format = sniff_format(value)
     if payload_format == "rag_trace_json":
         return WholeTrace(parse_rag_trace(value, "kafka")), 0
-    decoded = decode_otlp_proto(value) if payload_format == "otlp_proto" else decode_otlp_json(value)
+    decoded = (
+        decode_otlp_proto(value) if payload_format == "otlp_proto" else decode_otlp_json(value)
+    )
     if not decoded.spans:
         reason = decoded.first_error or "no spans"
         raise InvalidRecord(f"every span was rejected: {reason}" if decoded.rejected else reason)

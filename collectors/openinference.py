@@ -18,7 +18,12 @@ from monitor.trace import Context, RagTrace, Source, Usage
 
 _KIND = "openinference.span.kind"
 _REQUEST_KINDS = ("CHAIN", "AGENT")
-_STAGE_OF_KIND = {"RETRIEVER": "retrieve", "RERANKER": "rerank", "EMBEDDING": "embed", "LLM": "generate"}
+_STAGE_OF_KIND = {
+    "RETRIEVER": "retrieve",
+    "RERANKER": "rerank",
+    "EMBEDDING": "embed",
+    "LLM": "generate",
+}
 
 
 def build_trace(spans: Sequence[Span], source: Source) -> RagTrace:
@@ -146,9 +151,7 @@ def _documents(attributes: Mapping[str, Any], prefix: str) -> list[Context]:
 
 
 def _llm_usage(attributes: Mapping[str, Any]) -> Usage:
-    model = _text(attributes.get("llm.model_name")) or _text(
-        attributes.get("gen_ai.request.model")
-    )
+    model = _text(attributes.get("llm.model_name")) or _text(attributes.get("gen_ai.request.model"))
     provider = (
         _text(attributes.get("llm.provider"))
         or _text(attributes.get("llm.system"))

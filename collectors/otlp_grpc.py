@@ -30,12 +30,12 @@ from monitor.pipeline import Pipeline, SpanBatch
 _SUBMIT_TIMEOUT_S = 2.0
 
 
-class _TraceService(TraceServiceServicer):  # type: ignore[misc]
+class _TraceService(TraceServiceServicer):
     def __init__(self, pipeline: Pipeline, token: str | None) -> None:
         self._pipeline = pipeline
         self._expected_auth = f"Bearer {token}".encode() if token else None
 
-    def Export(  # noqa: N802 (the gRPC method name)
+    def Export(
         self, request: ExportTraceServiceRequest, context: grpc.ServicerContext
     ) -> ExportTraceServiceResponse:
         if self._expected_auth is not None:
@@ -82,7 +82,7 @@ class OtlpGrpcReceiver:
             futures.ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="otlp-grpc"),
             options=[("grpc.max_receive_message_length", limit)],
         )
-        add_TraceServiceServicer_to_server(self._service, server)
+        add_TraceServiceServicer_to_server(self._service, server)  # type: ignore[no-untyped-call]
         address = f"{self._config.grpc.host}:{self._config.grpc.port}"
         self.port = server.add_insecure_port(address)
         if self.port == 0:

@@ -174,7 +174,7 @@ def _export_response(decoded: DecodedSpans, content_type: str) -> bytes:
                 rejected_spans=decoded.rejected, error_message=decoded.first_error or ""
             )
         )
-    return response.SerializeToString()
+    return bytes(response.SerializeToString())
 
 
 def _post_labels(receiver: OtlpHttpReceiver, body: bytes, content_type: str) -> bytes:

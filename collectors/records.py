@@ -134,7 +134,7 @@ def rag_trace_from_document(document: Any, source: Source) -> RagTrace:
         relevance_excluded=tuple(record.relevance_excluded),
         entitlement_excluded=tuple(record.entitlement_excluded),
         filter_predicate=record.filter_predicate,
-        stages=dict(record.stages),
+        stages={str(stage): seconds for stage, seconds in record.stages.items()},
         usage=tuple(Usage(**u.model_dump()) for u in record.usage),
         cost_usd=record.cost_usd,
         query_embedding=tuple(record.query_embedding) if record.query_embedding else None,

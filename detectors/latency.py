@@ -31,7 +31,7 @@ class LatencyDetector:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
-        self._by_stage = {stage: histogram.labels(stage) for stage in STAGES}
+        self._by_stage: dict[str, Histogram] = {stage: histogram.labels(stage) for stage in STAGES}
 
     def observe(self, trace: RagTrace) -> None:
         for stage, seconds in trace.stages.items():

@@ -17,7 +17,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="rag-monitor",
         description="Online production monitoring sidecar for RAG services.",
     )
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     def verb(name: str, help_text: str) -> argparse.ArgumentParser:

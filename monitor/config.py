@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -146,7 +146,7 @@ class FaithfulnessConfig(_Section):
     )
     sample_rate: float = Field(0.02, gt=0, le=1, description="share of traces scored")
     always_sample: list[AlwaysSample] = Field(
-        default_factory=lambda: ["thumbs_down", "probe"], description="kinds always scored"
+        default_factory=lambda: list(get_args(AlwaysSample)), description="kinds always scored"
     )
     max_per_second: float = Field(5.0, gt=0, description="cap on scored traces per second")
     threshold: float = Field(0.5, ge=0, le=1, description="score at or above: consistent")

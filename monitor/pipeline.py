@@ -180,7 +180,9 @@ class Pipeline:
             if now >= next_tick:
                 self._process_assembled(self._assembler.due(now))
                 next_tick = now + _TICK_S
-        self._process_assembled(self._assembler.drain())
+        drained = self._assembler.drain()
+        self._process_assembled(drained)
+        log.info("pipeline_drained", pending_traces_emitted=len(drained))
 
     def _handle(self, item: WorkItem, now: float) -> None:
         outcome: RecordOutcome = "ok"
@@ -197,7 +199,9 @@ class Pipeline:
                 outcome = "duplicate"
         else:
             for event in item.events:
-                self.metrics.events.labels("feedback" if isinstance(event, Feedback) else "label").inc()
+                self.metrics.events.labels(
+                    "feedback" if isinstance(event, Feedback) else "label"
+                ).inc()
                 for detector in self._detectors:
                     self._guarded(detector, detector.observe_event, event)
         self.metrics.count_record(item.collector, outcome)

