@@ -1,10 +1,24 @@
-"""Per-stage latency: ``rag_stage_latency_seconds{stage}`` for every stage a trace has."""
+"""Per-stage latency: histograms for fleet-wide quantiles, sliding-window quantile gauges per replica.
+
+``rag_stage_latency_seconds{stage}`` is a histogram that Prometheus can sum
+across replicas. ``rag_stage_latency_window_seconds{stage,quantile}`` is the
+quantile of the last ``window_s`` seconds from DDSketch (relative accuracy
+0.5%): the window is cut into slots, each slot holds one sketch per stage, and
+a scrape merges the slots still inside the window.
+"""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
 from typing import ClassVar
 
+from ddsketch import DDSketch
 from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from monitor.config import LatencyConfig
 from monitor.trace import STAGES, Event, RagTrace
@@ -15,15 +29,83 @@ LATENCY_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
     1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
 )  # fmt: skip
+RELATIVE_ACCURACY = 0.005
+_SLOTS_PER_WINDOW = 20
+
+
+class SlidingQuantiles(Collector):
+    """Quantiles per stage over the last ``window_s`` seconds, exported at scrape time."""
+
+    def __init__(
+        self,
+        window_s: float,
+        quantiles: list[float],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._slot_s = window_s / _SLOTS_PER_WINDOW
+        self._quantiles = quantiles
+        self._clock = clock
+        self._lock = threading.Lock()
+        # (slot number, sketch per stage), oldest first; one slot more than the
+        # window so that a full window is covered between slot boundaries.
+        self._slots: deque[tuple[int, dict[str, DDSketch]]] = deque(
+            maxlen=_SLOTS_PER_WINDOW + 1
+        )
+
+    def add(self, stage: str, seconds: float) -> None:
+        slot = int(self._clock() // self._slot_s)
+        with self._lock:
+            if not self._slots or self._slots[-1][0] != slot:
+                self._slots.append((slot, {}))
+            sketches = self._slots[-1][1]
+            sketch = sketches.get(stage)
+            if sketch is None:
+                sketch = sketches[stage] = DDSketch(relative_accuracy=RELATIVE_ACCURACY)
+            sketch.add(seconds)
+
+    def quantile(self, stage: str, q: float) -> float | None:
+        merged = self._merged().get(stage)
+        return None if merged is None else merged.get_quantile_value(q)
+
+    def _merged(self) -> dict[str, DDSketch]:
+        oldest = int(self._clock() // self._slot_s) - _SLOTS_PER_WINDOW
+        merged: dict[str, DDSketch] = {}
+        with self._lock:
+            for slot, sketches in self._slots:
+                if slot < oldest:
+                    continue
+                for stage, sketch in sketches.items():
+                    into = merged.get(stage)
+                    if into is None:
+                        into = merged[stage] = DDSketch(relative_accuracy=RELATIVE_ACCURACY)
+                    into.merge(sketch)
+        return merged
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "rag_stage_latency_window_seconds",
+            "Stage latency quantile over the sliding window (per replica; DDSketch, 0.5%).",
+            labels=["stage", "quantile"],
+        )
+        for stage, sketch in sorted(self._merged().items()):
+            for q in self._quantiles:
+                value = sketch.get_quantile_value(q)
+                if value is not None:
+                    family.add_metric([stage, str(q)], value)
+        yield family
 
 
 class LatencyDetector:
-    """Observes each traced stage's duration into a histogram."""
+    """Observes each traced stage's duration into the histogram and the window sketches."""
 
     name: ClassVar[str] = "latency"
 
-    def __init__(self, config: LatencyConfig, registry: CollectorRegistry) -> None:
-        self._config = config
+    def __init__(
+        self,
+        config: LatencyConfig,
+        registry: CollectorRegistry,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         histogram = Histogram(
             "rag_stage_latency_seconds",
             "Duration of each RAG pipeline stage (ttft: time to first token).",
@@ -32,12 +114,15 @@ class LatencyDetector:
             registry=registry,
         )
         self._by_stage: dict[str, Histogram] = {stage: histogram.labels(stage) for stage in STAGES}
+        self.window = SlidingQuantiles(config.window_s, config.quantiles, clock)
+        registry.register(self.window)
 
     def observe(self, trace: RagTrace) -> None:
         for stage, seconds in trace.stages.items():
             child = self._by_stage.get(stage)
             if child is not None:
                 child.observe(seconds)
+                self.window.add(stage, seconds)
 
     def observe_event(self, event: Event) -> None:
         pass

@@ -10,6 +10,8 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from detectors.base import Detector
+from detectors.cost import CostDetector
+from detectors.feedback import FeedbackDetector
 from detectors.latency import LatencyDetector
 from monitor.config import Config
 from monitor.pipeline import Pipeline, PipelineMetrics
@@ -49,7 +51,11 @@ class _ReceiverCollector:
 
 
 def build_detectors(config: Config, registry: CollectorRegistry) -> list[Detector]:
-    return [LatencyDetector(config.detectors.latency, registry)]
+    return [
+        LatencyDetector(config.detectors.latency, registry),
+        CostDetector(config.detectors.cost, registry),
+        FeedbackDetector(registry),
+    ]
 
 
 class Sidecar:

@@ -1,0 +1,338 @@
+"""``rag-monitor demo``: the sidecar plus a synthetic RAG service with scripted incidents.
+
+The service sends real OTLP/HTTP spans with OpenInference attributes through
+the opentelemetry-sdk exporter, so the demo exercises the same path as
+production traffic. The timeline cycles through incidents; a live terminal
+view (or, without a TTY, a log line every 10 s) shows what the sidecar sees.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from prometheus_client import CollectorRegistry
+
+from monitor.config import Config
+from monitor.sidecar import Sidecar
+
+log = structlog.get_logger("rag_monitor.demo")
+
+RATE_PER_S = 20.0
+DEFAULT_CYCLE_S = 300.0
+SUMMARY_EVERY_S = 10.0
+
+# Models with real prices in the genai-prices table.
+GENERATORS = (("gpt-4o-mini", "openai", 0.6), ("gpt-4o", "openai", 0.3), ("claude-3-5-haiku-latest", "anthropic", 0.1))
+EMBEDDER = ("text-embedding-3-small", "openai")
+TENANTS = ("acme", "globex", "initech")
+INTENTS = ("billing", "shipping", "returns", "account")
+LOCALES = ("en-US", "en-GB", "de-DE", "fr-FR")
+DIMENSIONS = 16
+
+
+@dataclass(frozen=True)
+class Incident:
+    name: str
+    start: float  # share of the cycle
+    end: float
+
+
+# The scripted timeline, as shares of one cycle. The filter and drift incidents
+# feed detectors of later versions; their attributes are already on the spans.
+TIMELINE = (
+    Incident("slow generate stage", 0.20, 0.40),
+    Incident("cost spike (long prompts)", 0.50, 0.65),
+    Incident("bad locale filter", 0.70, 0.85),
+    Incident("query-mix shift", 0.85, 1.00),
+)
+
+
+def incident_at(elapsed: float, cycle_s: float) -> Incident | None:
+    share = (elapsed % cycle_s) / cycle_s
+    return next((i for i in TIMELINE if i.start <= share < i.end), None)
+
+
+class SyntheticRagService:
+    """Emits RAG requests as OpenInference spans at ``rate`` per second."""
+
+    def __init__(self, endpoint: str, cycle_s: float, rate: float = RATE_PER_S, seed: int = 7):
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        self._provider = TracerProvider(resource=Resource.create({"service.name": "demo-rag"}))
+        self._provider.add_span_processor(
+            BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint), schedule_delay_millis=250)
+        )
+        self._tracer = self._provider.get_tracer("rag-monitor-demo")
+        self._cycle_s = cycle_s
+        self._rate = rate
+        self._random = random.Random(seed)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demo-service", daemon=True)
+        self._started = time.monotonic()
+        self.sent = 0
+
+    def start(self) -> None:
+        self._started = time.monotonic()
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._provider.shutdown()  # flushes the exporter
+
+    def current_incident(self) -> Incident | None:
+        return incident_at(time.monotonic() - self._started, self._cycle_s)
+
+    def _run(self) -> None:
+        interval = 1.0 / self._rate
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            self._emit(self.current_incident())
+            self.sent += 1
+            next_at += interval
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def _emit(self, incident: Incident | None) -> None:
+        from opentelemetry.trace import set_span_in_context
+
+        rng = self._random
+        name = incident.name if incident else ""
+        tenant = rng.choice(TENANTS)
+        intent = rng.choice(INTENTS)
+        model, provider = _weighted(rng, GENERATORS)
+        if name.startswith("cost"):  # long prompts routed to the large model
+            model, provider = "gpt-4o", "openai"
+        now = time.time_ns()
+        embed_s = rng.lognormvariate(-4.5, 0.3)
+        retrieve_s = rng.lognormvariate(-2.7, 0.4)
+        rerank_s = rng.lognormvariate(-3.2, 0.3)
+        generate_s = rng.lognormvariate(-0.6, 0.35) * (4.0 if name.startswith("slow") else 1.0)
+        prompt_tokens = int(rng.uniform(600, 1500) * (20 if name.startswith("cost") else 1))
+        completion_tokens = int(rng.uniform(60, 300))
+        documents = [f"{tenant}-doc-{rng.randrange(200)}" for _ in range(5)]
+        locale = "en-US" if name.startswith("bad locale") else rng.choice(LOCALES)
+        excluded = [d for d in documents[3:]] if name.startswith("bad locale") else []
+        shift = 1.5 if name.startswith("query-mix") else 0.0
+        vector = [rng.gauss(shift if i < 4 else 0.0, 1.0) for i in range(DIMENSIONS)]
+
+        total_s = embed_s + retrieve_s + rerank_s + generate_s
+        root = self._tracer.start_span(
+            "rag.request",
+            start_time=now,
+            attributes={
+                "openinference.span.kind": "CHAIN",
+                "input.value": f"synthetic {intent} question",
+                "output.value": "synthetic answer",
+                "rag.tenant": tenant,
+                "rag.intent": intent,
+                "session.id": f"session-{rng.randrange(500)}",
+            },
+        )
+        context = set_span_in_context(root)
+        t = now
+        for stage, seconds, attributes in (
+            ("embed", embed_s, {
+                "openinference.span.kind": "EMBEDDING", "embedding.model_name": EMBEDDER[0],
+                "llm.provider": EMBEDDER[1], "llm.token_count.prompt": rng.randint(8, 40),
+                "embedding.embeddings.0.embedding.vector": vector,
+            }),
+            ("retrieve", retrieve_s, {
+                "openinference.span.kind": "RETRIEVER",
+                "rag.filter.predicate": f"locale = '{locale}'",
+                "rag.filter.relevance_excluded": excluded,
+                **_documents("retrieval.documents", documents[: 5 - len(excluded)], tenant, locale),
+            }),
+            ("rerank", rerank_s, {
+                "openinference.span.kind": "RERANKER",
+                **_documents("reranker.output_documents", documents[:3], tenant, locale),
+            }),
+            ("generate", generate_s, {
+                "openinference.span.kind": "LLM", "llm.model_name": model, "llm.provider": provider,
+                "llm.token_count.prompt": prompt_tokens, "llm.token_count.completion": completion_tokens,
+            }),
+        ):  # fmt: skip
+            span = self._tracer.start_span(
+                stage, context=context, start_time=t, attributes=attributes
+            )
+            span.end(end_time=t + int(seconds * 1e9))
+            t += int(seconds * 1e9)
+        root.end(end_time=now + int(total_s * 1e9))
+
+
+def _weighted(rng: random.Random, choices: tuple[tuple[str, str, float], ...]) -> tuple[str, str]:
+    model, provider, _ = rng.choices(choices, weights=[w for *_, w in choices])[0]
+    return model, provider
+
+
+def _documents(prefix: str, doc_ids: list[str], tenant: str, locale: str) -> dict[str, Any]:
+    attributes: dict[str, Any] = {}
+    for index, doc_id in enumerate(doc_ids):
+        base = f"{prefix}.{index}.document"
+        attributes[f"{base}.id"] = doc_id
+        attributes[f"{base}.content"] = f"synthetic passage {doc_id}"
+        attributes[f"{base}.score"] = round(0.9 - 0.1 * index, 3)
+        attributes[f"{base}.metadata"] = json.dumps({"tenant": tenant, "locale": locale})
+    return attributes
+
+
+@dataclass
+class Snapshot:
+    """What the terminal view shows, read from the sidecar's own registry."""
+
+    requests: float
+    requests_per_s: float
+    quantiles: dict[str, dict[str, float]]
+    cost_per_query: float | None
+    guardrails: dict[str, str]
+
+
+class Summarizer:
+    """Turns registry samples into a ``Snapshot`` (rates over the last refresh)."""
+
+    def __init__(self, registry: CollectorRegistry, config: Config) -> None:
+        self._registry = registry
+        self._config = config
+        self._last: tuple[float, float, float, float] | None = None
+
+    def snapshot(self) -> Snapshot:
+        now = time.monotonic()
+        requests = self._value("rag_requests_total", {"source": "otlp"})
+        cost_sum = self._value("rag_request_cost_usd_sum", {})
+        cost_count = self._value("rag_request_cost_usd_count", {})
+        first = self._last is None
+        last = self._last or (now, 0.0, 0.0, 0.0)
+        self._last = (now, requests, cost_sum, cost_count)
+        elapsed = max(now - last[0], 1e-9)
+        new_costs = cost_count - last[3]
+        cost_per_query = (cost_sum - last[2]) / new_costs if new_costs else None
+        quantiles: dict[str, dict[str, float]] = {}
+        for metric in self._registry.collect():
+            if metric.name != "rag_stage_latency_window_seconds":
+                continue
+            for s in metric.samples:
+                quantiles.setdefault(s.labels["stage"], {})[s.labels["quantile"]] = s.value
+        return Snapshot(
+            requests=requests,
+            requests_per_s=0.0 if first else (requests - last[1]) / elapsed,
+            quantiles=quantiles,
+            cost_per_query=cost_per_query,
+            guardrails=self._guardrails(quantiles, cost_per_query),
+        )
+
+    def _guardrails(
+        self, quantiles: dict[str, dict[str, float]], cost_per_query: float | None
+    ) -> dict[str, str]:
+        guardrails = self._config.guardrails
+        states = {}
+        for stage, slo in guardrails.latency_p95_slo_s.items():
+            p95 = quantiles.get(stage, {}).get("0.95")
+            states[f"p95 {stage} <= {slo}s"] = (
+                "no evidence" if p95 is None else ("BREACH" if p95 > slo else "ok")
+            )
+        budget = guardrails.cost_per_query_max_usd
+        states[f"cost/query <= ${budget}"] = (
+            "no evidence"
+            if cost_per_query is None
+            else ("BREACH" if cost_per_query > budget else "ok")
+        )
+        for name in ("faithfulness", "false exclusion", "regeneration band", "query drift"):
+            states[name] = "detector not in this version"
+        return states
+
+    def _value(self, name: str, labels: dict[str, str]) -> float:
+        return self._registry.get_sample_value(name, labels) or 0.0
+
+
+def _table(snapshot: Snapshot, incident: Incident | None) -> Any:
+    from rich.table import Table
+
+    table = Table(title="rag-monitor demo", caption=f"incident: {incident.name if incident else 'none'}")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_row("requests", f"{snapshot.requests:.0f} ({snapshot.requests_per_s:.1f}/s)")
+    for stage, values in sorted(snapshot.quantiles.items()):
+        figures = " / ".join(f"{values.get(q, float('nan')) * 1000:.0f}" for q in ("0.5", "0.95", "0.99"))
+        table.add_row(f"{stage} p50/p95/p99 ms", figures)
+    cost = snapshot.cost_per_query
+    table.add_row("cost per query", "-" if cost is None else f"${cost:.5f}")
+    for name, state in snapshot.guardrails.items():
+        table.add_row(f"guardrail {name}", state)
+    return table
+
+
+def run_demo(config: Config, duration_s: float | None) -> int:
+    """Run the sidecar and the synthetic service until ``duration_s`` or a signal."""
+    sidecar = Sidecar(config)
+    sidecar.start()
+    http = config.collectors.otlp.http
+    if sidecar.http is None:
+        log.error("demo_needs_otlp_http", hint="set collectors.otlp.http.enabled: true")
+        sidecar.shutdown()
+        return 1
+    endpoint = f"http://{http.host}:{sidecar.http.port}/v1/traces"
+    service = SyntheticRagService(endpoint, cycle_s=duration_s or DEFAULT_CYCLE_S)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    service.start()
+    log.info(
+        "demo_started",
+        metrics=f"http://{config.service.metrics.host}:{sidecar.metrics_server.port}/metrics",
+        rate_per_s=RATE_PER_S,
+        duration_s=duration_s,
+    )
+    summarizer = Summarizer(sidecar.registry, config)
+    deadline = time.monotonic() + duration_s if duration_s else float("inf")
+    try:
+        for snapshot in _views(summarizer, stop, deadline, service):
+            del snapshot
+    finally:
+        service.shutdown()
+        sidecar.shutdown()
+    log.info("demo_stopped", sent=service.sent)
+    return 0
+
+
+def _views(
+    summarizer: Summarizer, stop: threading.Event, deadline: float, service: SyntheticRagService
+) -> Iterator[Snapshot]:
+    """Refresh the live view (TTY) or log a summary every 10 s until told to stop."""
+    if sys.stdout.isatty():
+        from rich.live import Live
+
+        with Live(refresh_per_second=2) as live:
+            while not stop.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
+                snapshot = summarizer.snapshot()
+                live.update(_table(snapshot, service.current_incident()))
+                yield snapshot
+                if time.monotonic() >= deadline:
+                    return
+        return
+    while not stop.wait(min(SUMMARY_EVERY_S, max(0.0, deadline - time.monotonic()))):
+        snapshot = summarizer.snapshot()
+        incident = service.current_incident()
+        log.info(
+            "demo_summary",
+            requests=snapshot.requests,
+            requests_per_s=round(snapshot.requests_per_s, 2),
+            p95_ms={s: round(v.get("0.95", 0.0) * 1000, 1) for s, v in snapshot.quantiles.items()},
+            cost_per_query_usd=snapshot.cost_per_query,
+            incident=incident.name if incident else None,
+            guardrails=snapshot.guardrails,
+        )
+        yield snapshot
+        if time.monotonic() >= deadline:
+            return
