@@ -30,7 +30,10 @@ def _parser() -> argparse.ArgumentParser:
     verb("run", "run the sidecar: OTLP receivers, Kafka consumer, /metrics")
     demo = verb("demo", "the sidecar plus a synthetic RAG service with scripted incidents")
     demo.add_argument("--duration", type=float, default=None, help="seconds to run")
-    verb("rules", "print the Prometheus recording and alerting rules")
+    rules = verb("rules", "print the Prometheus recording and alerting rules")
+    rules.add_argument(
+        "--kubernetes", action="store_true", help="wrap them in a PrometheusRule object"
+    )
     verb("dashboard", "print the Grafana dashboard")
     report = verb("report", "write a report (drift)")
     report.add_argument("kind", choices=["drift"])
@@ -51,6 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level)
     if args.verb == "run":
         return _run(args.config)
+    if args.verb == "demo":
+        return _demo(args.config, args.duration)
+    if args.verb == "rules":
+        return _rules(args.config, args.kubernetes)
     print(
         f"rag-monitor {args.verb}: not available yet in this version",
         file=sys.stderr,
@@ -83,6 +90,17 @@ def _check_config(path: Path | None, explain_keys: bool) -> int:
     return 0
 
 
+def _rules(path: Path | None, kubernetes: bool) -> int:
+    from alerts.rules import render_rules
+    from monitor.config import Config
+
+    config = _load(path)
+    if not isinstance(config, Config):
+        return 1
+    sys.stdout.write(render_rules(config, kubernetes=kubernetes))
+    return 0
+
+
 def _run(path: Path | None) -> int:
     from monitor.config import Config
     from monitor.sidecar import Sidecar
@@ -97,3 +115,13 @@ def _run(path: Path | None) -> int:
         return 1
     sidecar.run_until_signal()
     return 0
+
+
+def _demo(path: Path | None, duration_s: float | None) -> int:
+    from monitor.config import Config
+    from monitor.demo import run_demo
+
+    config = _load(path)
+    if not isinstance(config, Config):
+        return 1
+    return run_demo(config, duration_s)

@@ -31,7 +31,11 @@ DEFAULT_CYCLE_S = 300.0
 SUMMARY_EVERY_S = 10.0
 
 # Models with real prices in the genai-prices table.
-GENERATORS = (("gpt-4o-mini", "openai", 0.6), ("gpt-4o", "openai", 0.3), ("claude-3-5-haiku-latest", "anthropic", 0.1))
+GENERATORS = (
+    ("gpt-4o-mini", "openai", 0.6),
+    ("gpt-4o", "openai", 0.3),
+    ("claude-3-5-haiku-latest", "anthropic", 0.1),
+)
 EMBEDDER = ("text-embedding-3-small", "openai")
 TENANTS = ("acme", "globex", "initech")
 INTENTS = ("billing", "shipping", "returns", "account")
@@ -124,7 +128,7 @@ class SyntheticRagService:
         completion_tokens = int(rng.uniform(60, 300))
         documents = [f"{tenant}-doc-{rng.randrange(200)}" for _ in range(5)]
         locale = "en-US" if name.startswith("bad locale") else rng.choice(LOCALES)
-        excluded = [d for d in documents[3:]] if name.startswith("bad locale") else []
+        excluded = documents[3:] if name.startswith("bad locale") else []
         shift = 1.5 if name.startswith("query-mix") else 0.0
         vector = [rng.gauss(shift if i < 4 else 0.0, 1.0) for i in range(DIMENSIONS)]
 
@@ -143,7 +147,7 @@ class SyntheticRagService:
         )
         context = set_span_in_context(root)
         t = now
-        for stage, seconds, attributes in (
+        stages: tuple[tuple[str, float, dict[str, Any]], ...] = (
             ("embed", embed_s, {
                 "openinference.span.kind": "EMBEDDING", "embedding.model_name": EMBEDDER[0],
                 "llm.provider": EMBEDDER[1], "llm.token_count.prompt": rng.randint(8, 40),
@@ -160,10 +164,12 @@ class SyntheticRagService:
                 **_documents("reranker.output_documents", documents[:3], tenant, locale),
             }),
             ("generate", generate_s, {
-                "openinference.span.kind": "LLM", "llm.model_name": model, "llm.provider": provider,
-                "llm.token_count.prompt": prompt_tokens, "llm.token_count.completion": completion_tokens,
+                "openinference.span.kind": "LLM", "llm.model_name": model,
+                "llm.provider": provider, "llm.token_count.prompt": prompt_tokens,
+                "llm.token_count.completion": completion_tokens,
             }),
-        ):  # fmt: skip
+        )  # fmt: skip
+        for stage, seconds, attributes in stages:
             span = self._tracer.start_span(
                 stage, context=context, start_time=t, attributes=attributes
             )
@@ -259,12 +265,16 @@ class Summarizer:
 def _table(snapshot: Snapshot, incident: Incident | None) -> Any:
     from rich.table import Table
 
-    table = Table(title="rag-monitor demo", caption=f"incident: {incident.name if incident else 'none'}")
+    table = Table(
+        title="rag-monitor demo", caption=f"incident: {incident.name if incident else 'none'}"
+    )
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("requests", f"{snapshot.requests:.0f} ({snapshot.requests_per_s:.1f}/s)")
     for stage, values in sorted(snapshot.quantiles.items()):
-        figures = " / ".join(f"{values.get(q, float('nan')) * 1000:.0f}" for q in ("0.5", "0.95", "0.99"))
+        figures = " / ".join(
+            f"{values.get(q, float('nan')) * 1000:.0f}" for q in ("0.5", "0.95", "0.99")
+        )
         table.add_row(f"{stage} p50/p95/p99 ms", figures)
     cost = snapshot.cost_per_query
     table.add_row("cost per query", "-" if cost is None else f"${cost:.5f}")

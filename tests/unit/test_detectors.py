@@ -44,7 +44,9 @@ def test_window_quantiles_within_one_percent_of_exact(seed: int) -> None:
         detector.observe(trace(stages={"generate": float(g), "retrieve": float(r)}))
     for stage, values in (("generate", generate), ("retrieve", retrieve)):
         for q in (0.5, 0.95, 0.99):
-            exported = sample(registry, "rag_stage_latency_window_seconds", stage=stage, quantile=str(q))
+            exported = sample(
+                registry, "rag_stage_latency_window_seconds", stage=stage, quantile=str(q)
+            )
             exact = float(np.quantile(values, q, method="lower"))
             assert abs(exported - exact) / exact < 0.01, (stage, q)
     assert sample(registry, "rag_stage_latency_seconds_count", stage="generate") == 3000
@@ -63,11 +65,20 @@ def test_window_forgets_requests_older_than_window_s() -> None:
     clock.now += 30
     for _ in range(100):
         detector.observe(trace(stages={"total": 0.5}))
-    assert sample(registry, "rag_stage_latency_window_seconds", stage="total", quantile="0.99") == pytest.approx(5.0, rel=0.01)
+    assert sample(
+        registry, "rag_stage_latency_window_seconds", stage="total", quantile="0.99"
+    ) == pytest.approx(5.0, rel=0.01)
     clock.now += 40  # the slow ones are 70 s old, the fast ones 40 s
-    assert sample(registry, "rag_stage_latency_window_seconds", stage="total", quantile="0.99") == pytest.approx(0.5, rel=0.01)
+    assert sample(
+        registry, "rag_stage_latency_window_seconds", stage="total", quantile="0.99"
+    ) == pytest.approx(0.5, rel=0.01)
     clock.now += 100
-    assert registry.get_sample_value("rag_stage_latency_window_seconds", {"stage": "total", "quantile": "0.99"}) is None
+    assert (
+        registry.get_sample_value(
+            "rag_stage_latency_window_seconds", {"stage": "total", "quantile": "0.99"}
+        )
+        is None
+    )
     assert sample(registry, "rag_stage_latency_seconds_count", stage="total") == 200
 
 
@@ -76,7 +87,9 @@ def test_ttft_is_a_stage() -> None:
     registry = CollectorRegistry()
     LatencyDetector(LatencyConfig(), registry).observe(trace(stages={"ttft": 0.3}))
     assert sample(registry, "rag_stage_latency_seconds_sum", stage="ttft") == 0.3
-    assert sample(registry, "rag_stage_latency_window_seconds", stage="ttft", quantile="0.5") == pytest.approx(0.3, rel=0.01)
+    assert sample(
+        registry, "rag_stage_latency_window_seconds", stage="ttft", quantile="0.5"
+    ) == pytest.approx(0.3, rel=0.01)
 
 
 def genai_price(model: str, provider: str, input_tokens: int, output_tokens: int) -> float:
@@ -117,12 +130,16 @@ def test_request_cost_adds_embedding_and_generation() -> None:
     generation = genai_price("gpt-4o", "openai", 900, 120)
     assert sample(registry, "rag_request_cost_usd_sum") == pytest.approx(embedding + generation)
     assert sample(registry, "rag_request_cost_usd_count") == 1
-    assert sample(registry, "rag_cost_usd_total", model="text-embedding-3-small") == pytest.approx(embedding)
+    assert sample(registry, "rag_cost_usd_total", model="text-embedding-3-small") == pytest.approx(
+        embedding
+    )
 
 
 def test_overrides_price_private_models_including_embedding_and_rerank() -> None:
     """cost.overrides prices a private model's input, output, embedding and rerank units."""
-    price = ModelPrice(input_per_mtok=1.0, output_per_mtok=2.0, embedding_per_mtok=0.1, rerank_per_kunit=2.0)
+    price = ModelPrice(
+        input_per_mtok=1.0, output_per_mtok=2.0, embedding_per_mtok=0.1, rerank_per_kunit=2.0
+    )
     config = CostConfig(overrides={"in-house-llm": price, "in-house-rerank": price})
     registry = CollectorRegistry()
     detector = CostDetector(config, registry)
@@ -138,7 +155,9 @@ def test_unknown_model_is_counted_unpriced_never_zero() -> None:
     """A model with no override and no table entry is counted unpriced; nothing is observed."""
     registry = CollectorRegistry()
     detector = CostDetector(CostConfig(), registry)
-    detector.observe(trace(usage=(Usage("gpt-4o", "openai", 10, 10), Usage("my-secret-llm", None, 10, 10))))
+    detector.observe(
+        trace(usage=(Usage("gpt-4o", "openai", 10, 10), Usage("my-secret-llm", None, 10, 10)))
+    )
     detector.observe(trace())
     assert sample(registry, "rag_cost_unpriced_requests_total", reason="unknown_model") == 1
     assert sample(registry, "rag_cost_unpriced_requests_total", reason="no_usage") == 1
@@ -173,7 +192,9 @@ def test_reask_in_the_same_session_within_60s_is_a_regeneration() -> None:
     detector = FeedbackDetector(registry)
 
     def ask(query: str, session: str, seconds: float) -> None:
-        detector.observe(trace(query=query, session_id=session, time=T0 + timedelta(seconds=seconds)))
+        detector.observe(
+            trace(query=query, session_id=session, time=T0 + timedelta(seconds=seconds))
+        )
 
     ask("What is the refund policy?", "s1", 0)
     ask("  what is the REFUND policy? ", "s1", 30)  # re-ask: counted

@@ -1,0 +1,189 @@
+"""Alert rules: the generator's output against promtool, the golden file, and the contract."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from alerts.rules import RuleOptions, build_rules, render_rules
+from monitor.config import Config
+from tests.conftest import REPO
+
+ALERTS_DIR = REPO / "alerts"
+GOLDEN = ALERTS_DIR / "tests" / "rules.yaml"
+REGENERATE = "python -m monitor rules > alerts/tests/rules.yaml"
+
+# DESIGN.md, "Alert names": stable, each with severity and a runbook annotation.
+DESIGN_ALERTS = {
+    "RagFaithfulnessLow",
+    "RagStageLatencySLOBreach",
+    "RagFilterFalseExclusionHigh",
+    "RagRegenerationRateAnomalous",
+    "RagCostPerQueryHigh",
+    "RagQueryDriftDetected",
+    "RagEntitlementViolation",
+    "RagMonitorDown",
+    "RagMonitorDeadLetters",
+    "RagMonitorSheddingSamples",
+}
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} is not installed (Debian: prometheus / prometheus-alertmanager)")
+    return path
+
+
+def cli_rules(tmp_path: Path, config_text: str | None = None) -> str:
+    argv = [sys.executable, "-m", "monitor", "rules"]
+    if config_text is not None:
+        config_path = tmp_path / "monitor.yaml"
+        config_path.write_text(config_text)
+        argv += ["--config", str(config_path)]
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def alerts_of(document: dict[str, Any]) -> list[dict[str, Any]]:
+    return [rule for group in document["groups"] for rule in group["rules"] if "alert" in rule]
+
+
+def test_cli_rules_pass_promtool_check(tmp_path: Path) -> None:
+    """`rag-monitor rules` prints a rule file that `promtool check rules` accepts."""
+    rules_path = tmp_path / "rules.yaml"
+    rules_path.write_text(cli_rules(tmp_path))
+    result = subprocess.run(
+        [tool("promtool"), "check", "rules", str(rules_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_golden_rule_file_is_the_current_generator_output(tmp_path: Path) -> None:
+    """alerts/tests/rules.yaml (what the promtool tests load) equals the defaults' output."""
+    assert GOLDEN.read_text() == render_rules(Config()), f"regenerate it: {REPO}$ {REGENERATE}"
+    assert cli_rules(tmp_path) == GOLDEN.read_text()
+
+
+def test_promtool_unit_tests_pass() -> None:
+    """Every promtool unit test under alerts/tests passes (a firing and a silent case per alert)."""
+    test_files = sorted(str(p) for p in (ALERTS_DIR / "tests").glob("*_test.yaml"))
+    assert test_files
+    result = subprocess.run(
+        [tool("promtool"), "test", "rules", *test_files],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_tests_cover_every_alert_firing_and_silent() -> None:
+    """Each DESIGN alert has at least one expected firing and one expected silence."""
+    firing: set[str] = set()
+    silent: set[str] = set()
+    for path in (ALERTS_DIR / "tests").glob("*_test.yaml"):
+        for test in yaml.safe_load(path.read_text())["tests"]:
+            for case in test.get("alert_rule_test", []):
+                (firing if case["exp_alerts"] else silent).add(case["alertname"])
+    assert firing == DESIGN_ALERTS
+    assert silent == DESIGN_ALERTS
+
+
+def test_every_design_alert_has_severity_and_annotations() -> None:
+    """All DESIGN alert names exist, each with page/ticket severity, summary, description, runbook."""
+    alerts = alerts_of(build_rules(Config()))
+    assert {rule["alert"] for rule in alerts} == DESIGN_ALERTS
+    for rule in alerts:
+        assert rule["labels"]["severity"] in {"page", "ticket"}, rule["alert"]
+        annotations = rule["annotations"]
+        assert set(annotations) == {"summary", "description", "runbook"}, rule["alert"]
+        assert all(annotations.values()), rule["alert"]
+        assert annotations["runbook"] == f"README.md#{rule['alert'].lower()}"
+
+
+def test_entitlement_violation_pages_without_for() -> None:
+    """RagEntitlementViolation is a page with `for: 0s`; the guardrails' `for` applies elsewhere."""
+    by_name = {rule["alert"]: rule for rule in alerts_of(build_rules(Config()))}
+    violation = by_name["RagEntitlementViolation"]
+    assert (violation["labels"]["severity"], violation["for"]) == ("page", "0s")
+    assert by_name["RagFaithfulnessLow"]["for"] == "10m"
+
+
+def test_config_sets_thresholds_stages_and_for(tmp_path: Path) -> None:
+    """Guardrails from --config: one latency rule per stage with its SLO, thresholds, `for`."""
+    text = cli_rules(
+        tmp_path,
+        "guardrails:\n"
+        "  faithfulness_min: 0.9\n"
+        "  latency_p95_slo_s: {generate: 0.8, total: 2.5}\n"
+        "  cost_per_query_max_usd: 0.05\n"
+        "  for: 3m\n",
+    )
+    rules: dict[str, list[dict[str, Any]]] = {}
+    for rule in alerts_of(yaml.safe_load(text)):
+        rules.setdefault(rule["alert"], []).append(rule)
+    latency = rules["RagStageLatencySLOBreach"]
+    assert [r["labels"]["slo_seconds"] for r in latency] == ["0.8", "2.5"]
+    assert 'p95_5m{stage="generate"} > 0.8' in latency[0]["expr"]
+    assert 'p95_5m{stage="total"} > 2.5' in latency[1]["expr"]
+    assert "< 0.9" in rules["RagFaithfulnessLow"][0]["expr"]
+    assert "> 0.05" in rules["RagCostPerQueryHigh"][0]["expr"]
+    assert all(
+        r["for"] == "3m"
+        for name, rs in rules.items()
+        for r in rs
+        if name not in {"RagEntitlementViolation", "RagMonitorDeadLetters"}
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"window": "5 minutes"}, "window must be a Prometheus duration"),
+        ({"baseline": "week"}, "baseline must be a Prometheus duration"),
+        ({"min_events": 0}, "min_events must be at least 1"),
+    ],
+    ids=["window", "baseline", "min_events"],
+)
+def test_bad_options_are_refused(options: dict[str, Any], message: str) -> None:
+    """Malformed windows or evidence counts raise ValueError naming the option."""
+    with pytest.raises(ValueError, match=message):
+        RuleOptions(**options)
+
+
+def test_window_option_renames_recordings_consistently() -> None:
+    """A 15s window renames the recordings and every alert refers to the renamed ones."""
+    text = render_rules(Config(), RuleOptions(window="15s"))
+    assert "rag:stage_latency_seconds:p95_15s" in text
+    assert "p95_5m" not in text
+    assert "[5m]" not in text
+
+
+def test_alertmanager_example_routes_page_and_ticket() -> None:
+    """alerts/alertmanager.yml passes amtool check-config; page -> pager, ticket -> ticket."""
+    amtool = tool("amtool")
+    config = str(ALERTS_DIR / "alertmanager.yml")
+    check = subprocess.run(
+        [amtool, "check-config", config], capture_output=True, text=True, check=False
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    for severity, receiver in (("page", "pager"), ("ticket", "ticket")):
+        route = subprocess.run(
+            [amtool, "config", "routes", "test", f"--config.file={config}",
+             f"severity={severity}", "alertname=RagEntitlementViolation"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )  # fmt: skip
+        assert route.stdout.strip() == receiver, route.stdout + route.stderr
