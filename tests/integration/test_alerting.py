@@ -10,12 +10,15 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from genai_prices import Usage as PriceUsage
+from genai_prices import calc_price
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
 from alerts.rules import RuleOptions, render_rules
@@ -310,15 +313,18 @@ def test_slow_generate_stage_fires_then_resolves_at_the_webhook(
     assert stages == {"generate"}
 
 
-def test_prometheus_scrapes_the_stage_latency_sums_and_counts_sent(
+def test_prometheus_scrapes_the_latency_and_cost_sent(
     start_sidecar: StartSidecar, services: Services
 ) -> None:
-    """Prometheus's /api/v1/query returns per-stage latency sums and counts equal to those sent."""
+    """Prometheus's /api/v1/query returns per-stage latency and cost sums equal to those sent."""
     sidecar = start_sidecar()
     prometheus = services.start_prometheus(sidecar, render_rules(Config(), TEST_RULES))
     endpoint = f"http://127.0.0.1:{sidecar.http.port}/v1/traces"  # type: ignore[union-attr]
     provider, tracer = tracer_for(OTLPSpanExporter(endpoint=endpoint))
-    sent = requests_for(25)
+    sent = [
+        replace(request, prompt_tokens=500 + 37 * i, completion_tokens=60 + 11 * i)
+        for i, request in enumerate(requests_for(25))
+    ]
     for request in sent:
         emit_rag_request(tracer, request)
     provider.shutdown()
@@ -338,3 +344,18 @@ def test_prometheus_scrapes_the_stage_latency_sums_and_counts_sent(
         expected = sum(getattr(request, f"{stage}_s") for request in sent)
         assert sums[frozenset({("stage", stage)})] == pytest.approx(expected, rel=1e-9), stage
     assert query_value(prometheus, f'sum(rag_requests_total{{job="{JOB}"}})') == len(sent)
+    expected_cost = sum(
+        float(
+            calc_price(
+                PriceUsage(input_tokens=r.prompt_tokens, output_tokens=r.completion_tokens),
+                r.model,
+                provider_id="openai",
+            ).total_price
+        )
+        for r in sent
+    )
+    assert query_value(prometheus, f'rag_request_cost_usd_count{{job="{JOB}"}}') == len(sent)
+    cost = query_value(prometheus, f'rag_request_cost_usd_sum{{job="{JOB}"}}')
+    assert cost == pytest.approx(expected_cost, rel=1e-9)
+    by_model = query_value(prometheus, f'rag_cost_usd_total{{job="{JOB}", model="gpt-4o"}}')
+    assert by_model == pytest.approx(expected_cost, rel=1e-9)
