@@ -54,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level)
     if args.verb == "run":
         return _run(args.config)
+    if args.verb == "dashboard":
+        return _dashboard(args.config)
     if args.verb == "demo":
         return _demo(args.config, args.duration)
     if args.verb == "rules":
@@ -125,3 +127,14 @@ def _demo(path: Path | None, duration_s: float | None) -> int:
     if not isinstance(config, Config):
         return 1
     return run_demo(config, duration_s)
+
+
+def _dashboard(path: Path | None) -> int:
+    from alerts.dashboard import render_dashboard
+    from monitor.config import Config
+
+    config = _load(path)
+    if not isinstance(config, Config):
+        return 1
+    sys.stdout.write(render_dashboard(config))
+    return 0

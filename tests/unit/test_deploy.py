@@ -119,3 +119,31 @@ def test_podmonitor_names_the_job_the_rules_expect() -> None:
     """RagMonitorDown matches job="rag-monitor": the PodMonitor relabels the job to that."""
     endpoint = kubernetes_objects()["PodMonitor"]["spec"]["podMetricsEndpoints"][0]
     assert {"targetLabel": "job", "replacement": "rag-monitor"} in endpoint["relabelings"]
+
+
+def test_committed_dashboard_is_current_and_covers_every_guardrail() -> None:
+    """deploy/grafana/rag-monitor.json equals `rag-monitor dashboard`; its queries use every guardrail metric."""
+    import json
+
+    from alerts.dashboard import panel_queries, render_dashboard
+
+    committed = (DEPLOY / "grafana" / "rag-monitor.json").read_text()
+    assert committed == render_dashboard(Config()), (
+        "run: rag-monitor dashboard > deploy/grafana/rag-monitor.json"
+    )
+    dashboard = json.loads(committed)
+    queries = " ".join(expr for _, expr in panel_queries(dashboard))
+    for metric in (
+        "rag_faithfulness_evaluations_total", "rag_faithfulness_score_bucket", "rag_stage_latency_seconds_bucket",
+        "rag_stage_latency_window_seconds", "rag_filter_false_exclusions_total", "rag_retrieval_recall_sum",
+        "rag_entitlement_violations_total", "rag:regenerations_per_request", "rag_request_cost_usd_sum",
+        "rag_cost_usd_total", "rag_drift_p_value", "rag_drift_mmd_statistic", "rag_monitor_records_total",
+        "rag_monitor_queue_depth", "rag_monitor_samples_total", "rag_monitor_kafka_lag_records",
+    ):  # fmt: skip
+        assert metric in queries, metric
+    assert [v["name"] for v in dashboard["templating"]["list"]] == ["datasource", "job"]
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in dashboard["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
