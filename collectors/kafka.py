@@ -37,6 +37,11 @@ _POLL_TIMEOUT_MS = 200
 _MAX_POLL_RECORDS = 500
 _COMMIT_INTERVAL_S = 1.0
 _MAX_BACKOFF_S = 30.0
+# kafka-python waits 30 s by default for a broker that is down, and the stop
+# flag is only seen between attempts: SIGTERM would wait that long (about a
+# Kubernetes grace period). ``security`` may set it higher for slow handshakes.
+_BOOTSTRAP_TIMEOUT_MS = 5000
+_NETWORK_CLIENT = KafkaConsumer.DEFAULT_CONFIG["kafka_client"]
 
 REASON_HEADER = "rag-monitor-reason"
 SOURCE_TOPIC_HEADER = "rag-monitor-source-topic"
@@ -78,8 +83,9 @@ def sniff_format(value: bytes) -> PayloadFormat:
     try:
         document = orjson.loads(value)
     except orjson.JSONDecodeError:
-        # A protobuf message may begin with "\n{" (field 1, length 123).
-        return "otlp_proto"
+        # A protobuf message may begin with "\n{" (field 1, length 123); one that
+        # begins with "{" itself is broken JSON, and its dead-letter reason says so.
+        return "otlp_json" if value[:1] == b"{" else "otlp_proto"
     if isinstance(document, dict) and document.get("schema") == "rag-trace/1":
         return "rag_trace_json"
     return "otlp_json"
@@ -121,6 +127,10 @@ class _OffsetTracker:
     def in_flight(self) -> int:
         with self._lock:
             return sum(len(issued) for issued in self._issued.values())
+
+    def partitions(self) -> list[TopicPartition]:
+        with self._lock:
+            return list(self._issued)
 
     def forget(self, tps: set[TopicPartition]) -> None:
         with self._lock:
@@ -196,18 +206,48 @@ class KafkaCollector:
                 log.warning("kafka_unavailable", error=type(exc).__name__, retry_in_s=backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
+            except Exception:
+                # A bug must not end intake silently. Start over from the committed
+                # offsets: a record skipped mid-batch would otherwise fall into a
+                # committed range unprocessed.
+                log.exception("kafka_loop_failed", retry_in_s=backoff)
+                self._restart_consumer()
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    def _restart_consumer(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        self._joined = False
+        self._offsets.forget(set(self._offsets.partitions()))
+        if consumer is not None:
+            consumer.close(autocommit=False)
 
     def _connect(self) -> KafkaConsumer:
         topics = self._config.topics
         subscribed = [*topics.traces, *(t for t in (topics.labels, topics.feedback) if t)]
-        consumer = self._consumer_factory(
-            bootstrap_servers=self._config.bootstrap_servers,
-            group_id=self._config.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            max_poll_records=_MAX_POLL_RECORDS,
-            **self._config.security,
-        )
+        # kafka-python 3 starts a network client (an IO thread and sockets) before
+        # its first bootstrap and leaks it when that fails: close it ourselves, or
+        # every retry while the broker is down costs a thread.
+        started: list[Any] = []
+
+        def network_client(**configs: Any) -> Any:
+            started.append(_NETWORK_CLIENT(**configs))
+            return started[-1]
+
+        try:
+            consumer = self._consumer_factory(
+                bootstrap_servers=self._config.bootstrap_servers,
+                group_id=self._config.group_id,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                max_poll_records=_MAX_POLL_RECORDS,
+                kafka_client=network_client,
+                **{"bootstrap_timeout_ms": _BOOTSTRAP_TIMEOUT_MS, **self._config.security},
+            )
+        except KafkaError:
+            for client in started:
+                client.close()
+            raise
         consumer.subscribe(subscribed, listener=_Rebalance(self, consumer))
         log.info("kafka_subscribed", topics=subscribed, group_id=self._config.group_id)
         return consumer
@@ -237,6 +277,12 @@ class KafkaCollector:
                 item, rejected = decode_trace_record(value, self._config.format)
         except (InvalidRecord, PayloadError) as exc:
             self._dead_letter(record, str(exc))
+            return
+        except Exception as exc:
+            # A decoder bug must not end this thread (the sidecar would stay ready
+            # and read nothing): the record waits in the dead-letter topic instead.
+            log.warning("kafka_decoder_failed", error=type(exc).__name__, exc_info=True)
+            self._dead_letter(record, f"decoder failed: {type(exc).__name__}")
             return
         if rejected:
             self._pipeline.metrics.rejected_spans.labels("kafka").inc(rejected)
