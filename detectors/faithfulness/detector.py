@@ -1,0 +1,160 @@
+"""The faithfulness detector's front end: sample inline, score on the worker, export.
+
+``observe`` runs on the pipeline thread and only asks the sampler; the model
+runs on the worker thread (``worker.py``), scores go to the metrics and,
+when configured, to Phoenix as span annotations.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, get_args
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from detectors.faithfulness.annotations import PhoenixAnnotator
+from detectors.faithfulness.worker import (
+    Evaluation,
+    Outcome,
+    ScoringWorker,
+    WorkerState,
+    WorkerStats,
+)
+from monitor.config import FaithfulnessConfig, PhoenixConfig
+from monitor.metrics import detector_up
+from monitor.sampler import Sampler
+from monitor.trace import Event, RagTrace
+
+log = structlog.get_logger("rag_monitor.faithfulness")
+
+SCORE_BUCKETS = tuple(round(0.05 * i, 2) for i in range(1, 21))
+QUEUE_SIZE = 128
+
+
+class FaithfulnessMetrics:
+    """The faithfulness metrics of DESIGN.md, plus the model's own counters."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.score = Histogram(
+            "rag_faithfulness_score",
+            "HHEM score of sampled answers (P(consistent); sentence granularity: the share "
+            "of supported sentences).",
+            buckets=SCORE_BUCKETS,
+            registry=registry,
+        )
+        evaluations = Counter(
+            "rag_faithfulness_evaluations",
+            "Sampled answers by outcome: scored, no_claims (empty), refusal, error.",
+            ["outcome"],
+            registry=registry,
+        )
+        self.evaluations = {o: evaluations.labels(o) for o in get_args(Outcome)}
+        self.below_threshold = Counter(
+            "rag_faithfulness_below_threshold",
+            "Scored answers below detectors.faithfulness.threshold.",
+            registry=registry,
+        )
+        self.truncated = Counter(
+            "rag_faithfulness_truncated",
+            "Scored answers whose premise was cut to max_premise_tokens.",
+            registry=registry,
+        )
+        self.cache_hits = Counter(
+            "rag_faithfulness_cache_hits",
+            "Pairs whose score came from the LRU cache instead of the model.",
+            registry=registry,
+        )
+        self.model_pairs = Counter(
+            "rag_faithfulness_model_pairs",
+            "Pairs scored by the model.",
+            registry=registry,
+        )
+        self.model_seconds = Counter(
+            "rag_faithfulness_model_seconds",
+            "Seconds spent in model forward passes (pairs / seconds: capacity).",
+            registry=registry,
+        )
+
+
+class FaithfulnessDetector:
+    """Sampled HHEM-2.1-Open faithfulness of answers against their supplied contexts."""
+
+    name: ClassVar[str] = "faithfulness"
+
+    def __init__(
+        self,
+        config: FaithfulnessConfig,
+        registry: CollectorRegistry,
+        phoenix: PhoenixConfig | None = None,
+        *,
+        worker: ScoringWorker | None = None,
+        annotator: PhoenixAnnotator | None = None,
+        queue_size: int = QUEUE_SIZE,
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.enabled = config.enabled
+        self.metrics = FaithfulnessMetrics(registry)
+        self._up = detector_up(registry).labels(self.name)
+        self.sampler = Sampler(
+            self.name,
+            registry,
+            sample_rate=config.sample_rate,
+            always_sample=config.always_sample,
+            max_per_second=config.max_per_second,
+            queue_size=queue_size,
+        )
+        self.worker = worker or ScoringWorker(
+            config, self.sampler.queue, self._record, self._state, self._stats
+        )
+        if annotator is None and phoenix is not None and phoenix.enabled and phoenix.annotate:
+            annotator = PhoenixAnnotator(
+                phoenix.endpoint,
+                registry,
+                threshold=config.threshold,
+                metadata={"model": config.model, "granularity": config.granularity},
+            )
+        self.annotator = annotator
+
+    def observe(self, trace: RagTrace) -> None:
+        if self.enabled and self.worker.accepting:
+            self.sampler.offer(trace)
+
+    def observe_event(self, event: Event) -> None:
+        if self.enabled and self.worker.accepting:
+            self.sampler.observe_event(event)
+
+    def start(self) -> None:
+        if not self.enabled:
+            return
+        self._up.set(0)
+        if self.annotator is not None:
+            self.annotator.start()
+        self.worker.start()
+
+    def shutdown(self) -> None:
+        self.worker.shutdown()
+        if self.annotator is not None:
+            self.annotator.shutdown()
+
+    def _state(self, state: WorkerState) -> None:
+        self._up.set(1 if state == "ready" else 0)
+
+    def _stats(self, stats: WorkerStats) -> None:
+        self.metrics.model_pairs.inc(stats.pairs)
+        self.metrics.model_seconds.inc(stats.seconds)
+        self.metrics.cache_hits.inc(stats.cache_hits)
+
+    def _record(self, evaluation: Evaluation) -> None:
+        self.metrics.evaluations[evaluation.outcome].inc()
+        if evaluation.outcome != "scored" or evaluation.score is None:
+            return
+        score = evaluation.score
+        self.metrics.score.observe(score)
+        if score < self.config.threshold:
+            self.metrics.below_threshold.inc()
+        if evaluation.truncated:
+            self.metrics.truncated.inc()
+        span_id = evaluation.trace.root_span_id
+        if self.annotator is not None and span_id:
+            self.annotator.annotate(span_id, score)

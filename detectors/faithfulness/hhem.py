@@ -1,0 +1,239 @@
+"""HHEM-2.1-Open: read the published checkpoint without its remote code, and score pairs.
+
+The checkpoint ``vectara/hallucination_evaluation_model`` ships custom model
+code, which this module never runs (transformers would have to be told to trust
+remote code). Its parts are plain,
+though: ``config.json`` (model type ``HHEMv2...``) names a ``foundation``
+model (google/flan-t5-base: the T5 configuration and the tokenizer) and a
+``prompt``; the weights are a ``T5ForTokenClassification`` stored under the
+prefix ``t5.``, with the input embedding shared by the encoder stored once.
+This module rebuilds that model from stock ``transformers`` classes and
+scores a (premise, hypothesis) pair the way the checkpoint's ``predict``
+does: the prompt filled with both texts, right-padded, the logits of the
+first position, softmax, the probability of class 1 (consistent).
+
+Resolving the files needs no torch, so a missing model is reported without
+loading any heavy library.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import torch
+
+Precision = Literal["fp32", "bf16", "int8"]
+
+DEFAULT_FOUNDATION = "google/flan-t5-base"
+DEFAULT_PROMPT = (
+    "<pad> Determine if the hypothesis is true given the premise?\n\n"
+    "Premise: {text1}\n\nHypothesis: {text2}"
+)
+WEIGHT_PREFIX = "t5."
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+FETCH_HINT = (
+    "on a machine with internet access run "
+    "`huggingface-cli download vectara/hallucination_evaluation_model` and "
+    "`huggingface-cli download google/flan-t5-base`, then copy the Hugging Face cache "
+    "(~/.cache/huggingface/hub, or $HF_HUB_CACHE) here, or point "
+    "detectors.faithfulness.model at a directory holding the checkpoint"
+)
+
+
+class ModelMissingError(FileNotFoundError):
+    """The checkpoint or its foundation model is neither a directory nor in the local cache."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        super().__init__(f"HHEM model {name!r} not found ({reason}); {FETCH_HINT}")
+
+
+@dataclass(frozen=True, slots=True)
+class HhemCheckpoint:
+    """The files of an HHEM-2.1 checkpoint, resolved to local paths."""
+
+    directory: Path
+    weights: Path
+    foundation: Path
+    prompt: str
+
+
+def resolve_model_dir(name: str, cache_dir: str | Path | None = None) -> Path:
+    """A local directory for ``name``: the directory itself, or a hub id's cached snapshot.
+
+    Never downloads: hub ids are read from the local Hugging Face cache only,
+    so the sidecar behaves the same with or without ``HF_HUB_OFFLINE``.
+    """
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    if path.is_absolute() or name.startswith(".") or name.count("/") != 1:
+        raise ModelMissingError(name, "no such directory")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(name, local_files_only=True, cache_dir=cache_dir))
+    except Exception as exc:  # LocalEntryNotFoundError and friends, by version
+        raise ModelMissingError(name, f"not in the local Hugging Face cache: {exc}") from exc
+
+
+def read_checkpoint(model: str, cache_dir: str | Path | None = None) -> HhemCheckpoint:
+    """Resolve an HHEM-2.1 checkpoint and its foundation model; no heavy import."""
+    directory = resolve_model_dir(model, cache_dir)
+    try:
+        config: dict[str, Any] = json.loads((directory / "config.json").read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelMissingError(model, f"no readable config.json in {directory}") from exc
+    model_type = str(config.get("model_type", ""))
+    if not model_type.startswith("HHEMv2"):
+        raise ValueError(f"{directory}/config.json: model_type {model_type!r} is not HHEMv2")
+    weights = next((directory / f for f in WEIGHT_FILES if (directory / f).is_file()), None)
+    if weights is None:
+        raise ModelMissingError(model, f"no {' or '.join(WEIGHT_FILES)} in {directory}")
+    foundation_name = str(config.get("foundation") or DEFAULT_FOUNDATION)
+    relative = directory / foundation_name
+    foundation = relative if relative.is_dir() and not Path(foundation_name).is_absolute() else None
+    return HhemCheckpoint(
+        directory=directory,
+        weights=weights,
+        foundation=foundation or resolve_model_dir(foundation_name, cache_dir),
+        prompt=str(config.get("prompt") or DEFAULT_PROMPT),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedPair:
+    """A pair turned into model input: its token ids, and whether the premise was cut."""
+
+    input_ids: list[int]
+    truncated: bool
+
+
+class HhemScorer:
+    """An HHEM-2.1 model in memory; thread-confined to the worker that scores with it."""
+
+    def __init__(
+        self,
+        checkpoint: HhemCheckpoint,
+        *,
+        device: str = "cpu",
+        precision: Precision = "fp32",
+        max_premise_tokens: int = 2048,
+    ) -> None:
+        import torch
+        from transformers import AutoTokenizer, T5Config, T5ForTokenClassification
+
+        self.checkpoint = checkpoint
+        self.device = torch.device(device)
+        self.precision = precision
+        self.max_premise_tokens = max_premise_tokens
+        foundation = str(checkpoint.foundation)
+        self.tokenizer = AutoTokenizer.from_pretrained(foundation)  # type: ignore[no-untyped-call]
+        self.tokenizer.padding_side = "right"
+        self._pad_id = int(self.tokenizer.pad_token_id or 0)
+        config = T5Config.from_pretrained(foundation, num_labels=2)
+        model = T5ForTokenClassification(config)
+        model.load_state_dict(load_classifier_weights(checkpoint.weights), strict=True)
+        model.eval()  # type: ignore[no-untyped-call]
+        self.model: torch.nn.Module = apply_precision(model, precision).to(self.device)
+
+    def prepare(self, premise: str, hypothesis: str) -> PreparedPair:
+        """Fill the prompt and tokenize it; a premise over the token budget is cut at its end."""
+        truncated = False
+        premise_ids = self.tokenizer(premise, add_special_tokens=False)["input_ids"]
+        if len(premise_ids) > self.max_premise_tokens:
+            premise = self.tokenizer.decode(premise_ids[: self.max_premise_tokens])
+            truncated = True
+        text = self.checkpoint.prompt.format(text1=premise, text2=hypothesis)
+        return PreparedPair(list(self.tokenizer(text)["input_ids"]), truncated)
+
+    def score_prepared(self, pairs: Sequence[PreparedPair]) -> list[float]:
+        """One forward pass over ``pairs`` (right-padded): P(consistent) for each."""
+        import torch
+
+        if not pairs:
+            return []
+        width = max(len(p.input_ids) for p in pairs)
+        ids = torch.full((len(pairs), width), self._pad_id, dtype=torch.long)
+        mask = torch.zeros((len(pairs), width), dtype=torch.long)
+        for row, pair in enumerate(pairs):
+            ids[row, : len(pair.input_ids)] = torch.tensor(pair.input_ids, dtype=torch.long)
+            mask[row, : len(pair.input_ids)] = 1
+        with torch.inference_mode():
+            logits = self.model(
+                input_ids=ids.to(self.device), attention_mask=mask.to(self.device)
+            ).logits
+            probabilities = torch.softmax(logits[:, 0, :].float(), dim=-1)[:, 1]
+        return [float(p) for p in probabilities.cpu()]
+
+    def score(self, pairs: Sequence[tuple[str, str]], batch_size: int = 1) -> list[float]:
+        """Score (premise, hypothesis) pairs, ``batch_size`` pairs per forward pass."""
+        prepared = [self.prepare(premise, hypothesis) for premise, hypothesis in pairs]
+        scores: list[float] = []
+        for start in range(0, len(prepared), batch_size):
+            scores.extend(self.score_prepared(prepared[start : start + batch_size]))
+        return scores
+
+
+def load_classifier_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The ``t5.``-prefixed weights of an HHEM checkpoint as a T5ForTokenClassification state.
+
+    The encoder's input embedding is the shared embedding; a checkpoint that
+    stores it once gets the tie restored here.
+    """
+    import torch
+
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        stored = load_file(str(path))
+    else:
+        stored = torch.load(str(path), map_location="cpu", weights_only=True)
+    state = {
+        key[len(WEIGHT_PREFIX) :]: value
+        for key, value in stored.items()
+        if key.startswith(WEIGHT_PREFIX)
+    }
+    if not state:
+        raise ValueError(f"{path}: no weights under the prefix {WEIGHT_PREFIX!r}")
+    shared, embed = "transformer.shared.weight", "transformer.encoder.embed_tokens.weight"
+    if shared in state and embed not in state:
+        state[embed] = state[shared]
+    elif embed in state and shared not in state:
+        state[shared] = state[embed]
+    return state
+
+
+def apply_precision(model: torch.nn.Module, precision: Precision) -> torch.nn.Module:
+    """Cast to bf16, or replace Linear layers with dynamic int8 ones (cpu); fp32 unchanged."""
+    import torch
+
+    if precision == "bf16":
+        return model.to(dtype=torch.bfloat16)
+    if precision == "int8":
+        with warnings.catch_warnings():
+            # torch.ao.quantization is deprecated in favour of torchao, which is not a
+            # dependency here; the eager dynamic quantization still works.
+            warnings.simplefilter("ignore")
+            from torch.ao.quantization import quantize_dynamic
+
+            quantized: torch.nn.Module = quantize_dynamic(  # type: ignore[no-untyped-call]
+                model, {torch.nn.Linear}, dtype=torch.qint8
+            )
+        return quantized
+    return model
+
+
+def set_threads(threads: int | None) -> None:
+    """Torch's intra-op threads; None keeps torch's default (the machine's cores)."""
+    if threads is None:
+        return
+    import torch
+
+    torch.set_num_threads(threads)

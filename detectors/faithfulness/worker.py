@@ -1,0 +1,350 @@
+"""The scoring worker: one thread that owns the HHEM model and turns sampled traces into
+evaluations.
+
+It loads the model on its own thread (the sidecar serves while it loads),
+then takes up to ``batch_size`` sampled traces at a time, waiting at most
+``MAX_BATCH_WAIT_S`` for a batch to fill. Answers without claims and refusals
+are settled without the model. The remaining (premise, hypothesis) pairs are
+looked up in an LRU cache, tokenized, sorted by length and scored in batches
+whose padding stays small, all under ``torch.inference_mode``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+import structlog
+
+from detectors.faithfulness.hhem import (
+    HhemScorer,
+    ModelMissingError,
+    PreparedPair,
+    read_checkpoint,
+    set_threads,
+)
+from monitor.config import FaithfulnessConfig
+from monitor.sampler import Sampled
+from monitor.trace import RagTrace
+
+if TYPE_CHECKING:
+    from detectors.faithfulness.hhem import HhemCheckpoint
+
+log = structlog.get_logger("rag_monitor.faithfulness")
+
+Outcome = Literal["scored", "no_claims", "refusal", "error"]
+WorkerState = Literal["loading", "ready", "missing", "failed", "stopped"]
+
+MAX_BATCH_WAIT_S = 0.05
+# A batch grows only while its padding stays under this share of its real tokens:
+# padded positions cost as much as real ones.
+MAX_PADDING_SHARE = 0.2
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'"})
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """The verdict on one sampled trace."""
+
+    trace: RagTrace
+    outcome: Outcome
+    score: float | None = None
+    truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStats:
+    """Model work done, reported after each scored batch."""
+
+    pairs: int
+    seconds: float
+    cache_hits: int
+
+
+def premise_of(trace: RagTrace) -> str:
+    """The evidence the generator saw: the contexts' texts in order, blank-line separated."""
+    return "\n\n".join(c.text for c in trace.contexts if c.text)
+
+
+def split_sentences(answer: str) -> list[str]:
+    """Sentences of an answer: split after . ! ? followed by space, and at line breaks."""
+    return [s.strip() for s in _SENTENCE_END.split(answer) if s.strip()]
+
+
+def pair_key(premise: str, hypothesis: str) -> bytes:
+    """A cache key for a pair; the texts themselves are not kept."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(premise.encode("utf-8", "surrogatepass"))
+    digest.update(b"\0")
+    digest.update(hypothesis.encode("utf-8", "surrogatepass"))
+    return digest.digest()
+
+
+class ScoreCache:
+    """Least-recently-used scores by pair key, with the premise-truncation flag."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._entries: OrderedDict[bytes, tuple[float, bool]] = OrderedDict()
+
+    def get(self, key: bytes) -> tuple[float, bool] | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: bytes, score: float, truncated: bool) -> None:
+        if self._size <= 0:
+            return
+        self._entries[key] = (score, truncated)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._size:
+            self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def length_batches(
+    pairs: Sequence[PreparedPair], batch_size: int, max_padding_share: float = MAX_PADDING_SHARE
+) -> list[list[int]]:
+    """Indices of ``pairs`` grouped into batches: sorted by length, at most ``batch_size``
+    each, cut early where the padding would pass ``max_padding_share`` of the real tokens."""
+    order = sorted(range(len(pairs)), key=lambda i: len(pairs[i].input_ids))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    real = 0
+    for index in order:
+        length = len(pairs[index].input_ids)
+        padded = length * (len(current) + 1)  # sorted: this pair is the longest so far
+        if current and (
+            len(current) >= batch_size or padded - (real + length) > max_padding_share * padded
+        ):
+            batches.append(current)
+            current, real = [], 0
+        current.append(index)
+        real += length
+    if current:
+        batches.append(current)
+    return batches
+
+
+@dataclass
+class _Job:
+    sampled: Sampled
+    premise: str
+    hypotheses: list[str]
+    keys: list[bytes] = field(default_factory=list)
+
+
+class ScoringWorker:
+    """Scores sampled traces on one thread; reports evaluations through ``on_evaluation``."""
+
+    def __init__(
+        self,
+        config: FaithfulnessConfig,
+        source: queue.Queue[Sampled],
+        on_evaluation: Callable[[Evaluation], None],
+        on_state: Callable[[WorkerState], None],
+        on_stats: Callable[[WorkerStats], None] = lambda _: None,
+        *,
+        load: Callable[[HhemCheckpoint], HhemScorer] | None = None,
+    ) -> None:
+        self._config = config
+        self._source = source
+        self._on_evaluation = on_evaluation
+        self._on_state = on_state
+        self._on_stats = on_stats
+        self._load = load or self._load_scorer
+        self._refusals = [re.compile(p, re.IGNORECASE) for p in config.refusal_patterns]
+        self._cache = ScoreCache(config.cache_size)
+        self._batch_size = config.batch_size or (1 if config.device.startswith("cpu") else 8)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._logged_failure = False
+        self.state: WorkerState = "loading"
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="faithfulness", daemon=True)
+            self._thread.start()
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Stop after the batch in progress; what is still queued is not scored. Safe twice."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    @property
+    def accepting(self) -> bool:
+        """False once the model turned out missing or broken: sampling would only drop."""
+        return self.state in ("loading", "ready")
+
+    def classify(self, trace: RagTrace) -> Outcome | None:
+        """``no_claims`` or ``refusal`` when the answer needs no model; else None."""
+        answer = (trace.answer or "").strip()
+        if not answer:
+            return "no_claims"
+        normalized = " ".join(answer.translate(_APOSTROPHES).split())
+        if any(pattern.match(normalized) for pattern in self._refusals):
+            return "refusal"
+        if self._config.granularity == "sentence" and not split_sentences(answer):
+            return "no_claims"
+        return None
+
+    def evaluate(self, scorer: HhemScorer, batch: Sequence[Sampled]) -> list[Evaluation]:
+        """Evaluate sampled traces: settle those without claims, score the rest."""
+        evaluations: list[Evaluation] = []
+        jobs: list[_Job] = []
+        for sampled in batch:
+            outcome = self.classify(sampled.trace)
+            if outcome is not None:
+                evaluations.append(Evaluation(sampled.trace, outcome))
+                continue
+            answer = (sampled.trace.answer or "").strip()
+            hypotheses = (
+                [answer] if self._config.granularity == "answer" else split_sentences(answer)
+            )
+            premise = premise_of(sampled.trace)
+            jobs.append(
+                _Job(sampled, premise, hypotheses, [pair_key(premise, h) for h in hypotheses])
+            )
+        results, failed, hits = self._score_pairs(scorer, jobs)
+        for job in jobs:
+            if any(key in failed for key in job.keys):
+                evaluations.append(Evaluation(job.sampled.trace, "error"))
+                continue
+            scores = [results[key][0] for key in job.keys]
+            truncated = any(results[key][1] for key in job.keys)
+            if self._config.granularity == "answer":
+                score = scores[0]
+            else:
+                threshold = self._config.threshold
+                score = sum(s >= threshold for s in scores) / len(scores)
+            evaluations.append(Evaluation(job.sampled.trace, "scored", score, truncated))
+        if hits:
+            self._on_stats(WorkerStats(0, 0.0, hits))
+        return evaluations
+
+    def _score_pairs(
+        self, scorer: HhemScorer, jobs: Sequence[_Job]
+    ) -> tuple[dict[bytes, tuple[float, bool]], set[bytes], int]:
+        results: dict[bytes, tuple[float, bool]] = {}
+        failed: set[bytes] = set()
+        hits = 0
+        pending: dict[bytes, tuple[str, str]] = {}
+        for job in jobs:
+            for key, hypothesis in zip(job.keys, job.hypotheses, strict=True):
+                if key in results or key in pending:
+                    continue
+                cached = self._cache.get(key)
+                if cached is not None:
+                    results[key] = cached
+                    hits += 1
+                else:
+                    pending[key] = (job.premise, hypothesis)
+        keys = list(pending)
+        prepared: list[PreparedPair] = []
+        for key in list(keys):
+            try:
+                prepared.append(scorer.prepare(*pending[key]))
+            except Exception:
+                self._failure("faithfulness_tokenize_failed")
+                failed.add(key)
+                keys.remove(key)
+        for indices in length_batches(prepared, self._batch_size):
+            started = time.perf_counter()
+            try:
+                scores = scorer.score_prepared([prepared[i] for i in indices])
+            except Exception:
+                self._failure("faithfulness_scoring_failed")
+                failed.update(keys[i] for i in indices)
+                continue
+            self._on_stats(WorkerStats(len(indices), time.perf_counter() - started, 0))
+            for i, score in zip(indices, scores, strict=True):
+                results[keys[i]] = (score, prepared[i].truncated)
+                self._cache.put(keys[i], score, prepared[i].truncated)
+        return results, failed, hits
+
+    def _failure(self, event: str) -> None:
+        # One stack trace per worker; the error outcome counts every later one.
+        if not self._logged_failure:
+            self._logged_failure = True
+            log.exception(event)
+
+    def _load_scorer(self, checkpoint: HhemCheckpoint) -> HhemScorer:
+        set_threads(self._config.threads)
+        return HhemScorer(
+            checkpoint,
+            device=self._config.device,
+            precision=self._config.precision,
+            max_premise_tokens=self._config.max_premise_tokens,
+        )
+
+    def _set_state(self, state: WorkerState) -> None:
+        self.state = state
+        self._on_state(state)
+
+    def _run(self) -> None:
+        model = self._config.model
+        try:
+            checkpoint = read_checkpoint(model)
+            started = time.perf_counter()
+            scorer = self._load(checkpoint)
+        except ModelMissingError as exc:
+            log.warning("faithfulness_model_missing", model=model, how_to_fix=str(exc))
+            self._set_state("missing")
+            return
+        except Exception:
+            log.exception("faithfulness_model_failed", model=model)
+            self._set_state("failed")
+            return
+        log.info(
+            "faithfulness_model_loaded",
+            model=model,
+            precision=self._config.precision,
+            device=self._config.device,
+            batch_size=self._batch_size,
+            seconds=round(time.perf_counter() - started, 2),
+        )
+        self._set_state("ready")
+        import torch
+
+        with torch.inference_mode():
+            while not self._stop.is_set():
+                batch = self._collect()
+                if not batch:
+                    continue
+                try:
+                    evaluations = self.evaluate(scorer, batch)
+                except Exception:  # a bug here must not end the worker
+                    self._failure("faithfulness_evaluation_failed")
+                    evaluations = [Evaluation(s.trace, "error") for s in batch]
+                for evaluation in evaluations:
+                    self._on_evaluation(evaluation)
+        self._set_state("stopped")
+
+    def _collect(self) -> list[Sampled]:
+        try:
+            batch = [self._source.get(timeout=0.1)]
+        except queue.Empty:
+            return []
+        deadline = time.monotonic() + MAX_BATCH_WAIT_S
+        while len(batch) < self._batch_size:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                batch.append(self._source.get(timeout=remaining))
+            except queue.Empty:
+                break
+        return batch
