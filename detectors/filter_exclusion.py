@@ -1,0 +1,461 @@
+"""Relevance-filter false exclusions, recall@k against eligible gold, and entitlement leaks.
+
+A hard relevance predicate (locale, product, category) can remove every
+relevant document a caller may see while answers still come back fast.
+Recall@k against the *original* eligible gold set shows the loss; only the
+false-exclusion rate attributes it to the predicate. Gold documents come from
+labels (``Label`` events: the labels topic, ``POST /v1/labels``) and from the
+golden-set file; they are joined to traces by ``trace_id`` or ``probe_id`` in
+either arrival order within ``join_ttl_s``.
+
+Eligibility, from what the trace carries: a gold document is *ineligible* for
+the caller when it is in ``entitlement_excluded`` or when the trace shows it
+(a context's metadata ``tenant``) belonging to another tenant than the
+caller's. Every other gold document is eligible, including one the trace never
+mentions or lists only in ``relevance_excluded``: the service's access rules
+saw it and did not remove it, so losing it is a relevance loss, not a
+correct exclusion.
+
+Entitlement leaks are checked on every trace, labeled or not: a context whose
+tenant differs from the caller's is a security alarm.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Generic, TypeVar
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from collectors.records import InvalidRecord, parse_labels
+from monitor.config import FilterExclusionConfig
+from monitor.trace import Event, Label, RagTrace
+
+log = structlog.get_logger("rag_monitor.filter_exclusion")
+
+# Recall of one query is a ratio of small integers: 0 and 1 need their own
+# buckets (total loss, full recall); halves, thirds and quarters fall on edges.
+RECALL_BUCKETS = (0.0, 0.1, 0.2, 0.25, 0.3, 1 / 3, 0.4, 0.5, 0.6, 2 / 3, 0.7, 0.75, 0.8, 0.9, 1.0)
+NO_EVIDENCE = "no evidence"
+
+
+class GoldenSetError(ValueError):
+    """The golden-set file cannot be used; the message names the file and line."""
+
+
+def load_golden_set(path: Path) -> dict[str, frozenset[str]]:
+    """Read ``{"probe_id": ..., "gold_doc_ids": [...]}`` JSON lines; other keys are ignored.
+
+    Blank lines are skipped; a line that is not a probe label, or a probe id
+    given twice, fails the whole file (a golden set must be unambiguous).
+    """
+    key = "detectors.filter_exclusion.golden_set"
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise GoldenSetError(f"{key}: cannot read {path}: {exc.strerror}") from exc
+    golden: dict[str, frozenset[str]] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{key}: {path}:{number}"
+        try:
+            labels = parse_labels(line)
+        except InvalidRecord as exc:
+            raise GoldenSetError(f"{where}: {exc}") from exc
+        if len(labels) != 1 or labels[0].probe_id is None:
+            raise GoldenSetError(f"{where}: expected one object with probe_id and gold_doc_ids")
+        probe_id = labels[0].probe_id
+        if probe_id in golden:
+            raise GoldenSetError(f"{where}: probe_id {probe_id!r} appears twice")
+        golden[probe_id] = frozenset(labels[0].gold_doc_ids)
+    return golden
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What a trace contributes to scoring: small enough to hold while it waits for gold."""
+
+    trace_id: str
+    probe_id: str | None
+    retrieved: tuple[str, ...]  # distinct doc ids in rank order, at most max(recall_k)
+    relevance_excluded: frozenset[str]
+    ineligible: frozenset[str]  # entitlement_excluded plus documents of another tenant
+
+    @classmethod
+    def of(cls, trace: RagTrace, depth: int) -> Evidence:
+        return cls(
+            trace_id=trace.trace_id,
+            probe_id=trace.probe_id,
+            retrieved=tuple(_distinct(trace.retrieved, depth)),
+            relevance_excluded=frozenset(trace.relevance_excluded),
+            ineligible=frozenset(trace.entitlement_excluded).union(_foreign_documents(trace)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QueryScore:
+    """The verdict on one labeled query."""
+
+    eligible_gold: frozenset[str]
+    excluded_gold: frozenset[str]  # eligible gold removed by a relevance filter
+    recall: dict[int, float]  # k -> recall@k; empty without eligible gold
+
+    @property
+    def false_exclusion(self) -> bool:
+        """Every eligible gold document was removed by a relevance filter."""
+        return bool(self.eligible_gold) and self.excluded_gold == self.eligible_gold
+
+
+def score_query(gold: Iterable[str], evidence: Evidence, recall_k: Iterable[int]) -> QueryScore:
+    """Score ``evidence`` against ``gold`` minus the caller's ineligible documents."""
+    eligible = frozenset(gold) - evidence.ineligible
+    if not eligible:
+        return QueryScore(eligible, frozenset(), {})
+    recall = {
+        k: len(eligible.intersection(evidence.retrieved[:k])) / len(eligible) for k in recall_k
+    }
+    return QueryScore(eligible, eligible & evidence.relevance_excluded, recall)
+
+
+def _distinct(doc_ids: Iterable[str], limit: int) -> Iterator[str]:
+    """The first ``limit`` distinct ids: chunks of one document must not count twice."""
+    seen: set[str] = set()
+    for doc_id in doc_ids:
+        if len(seen) == limit:
+            return
+        if doc_id not in seen:
+            seen.add(doc_id)
+            yield doc_id
+
+
+def _foreign_documents(trace: RagTrace) -> Iterator[str]:
+    """Contexts whose metadata tenant is known and is not the caller's, each id once."""
+    if trace.tenant is None:
+        return
+    seen: set[str] = set()
+    for context in trace.contexts:
+        tenant = context.tenant or context.metadata.get("tenant")
+        if isinstance(tenant, str) and tenant != trace.tenant and context.doc_id not in seen:
+            seen.add(context.doc_id)
+            yield context.doc_id
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class ExpiringMap(Generic[K, V]):
+    """Insertion-ordered map whose entries expire ``ttl_s`` after their last ``put``.
+
+    Every entry lives as long, so the oldest is always first and expiry pops
+    from the front. Beyond ``max_entries`` the oldest is dropped early.
+    """
+
+    def __init__(self, ttl_s: float, max_entries: int) -> None:
+        self._ttl_s = ttl_s
+        self._max = max_entries
+        self._entries: OrderedDict[K, tuple[float, V]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def get(self, key: K) -> V | None:
+        entry = self._entries.get(key)
+        return None if entry is None else entry[1]
+
+    def pop(self, key: K) -> V | None:
+        entry = self._entries.pop(key, None)
+        return None if entry is None else entry[1]
+
+    def put(self, key: K, value: V, now: float) -> list[tuple[K, V]]:
+        """Insert or refresh ``key``; returns the entries dropped to stay within the bound."""
+        self._entries.pop(key, None)
+        self._entries[key] = (now + self._ttl_s, value)
+        dropped = []
+        while len(self._entries) > self._max:
+            old_key, (_, old_value) = self._entries.popitem(last=False)
+            dropped.append((old_key, old_value))
+        return dropped
+
+    def expire(self, now: float) -> list[tuple[K, V]]:
+        expired = []
+        while self._entries:
+            key, (deadline, value) = next(iter(self._entries.items()))
+            if deadline > now:
+                break
+            del self._entries[key]
+            expired.append((key, value))
+        return expired
+
+
+@dataclass(slots=True)
+class _ProbeLabel:
+    gold: frozenset[str]
+    matched: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FilterExclusionStatus:
+    """Totals since start, for the terminal view and logs (alerts use PromQL over counters)."""
+
+    eligible_queries: int
+    false_exclusions: int
+    no_eligible_gold: int
+    eligible_gold_docs: int
+    excluded_gold_docs: int
+    entitlement_violations: int
+
+    @property
+    def false_exclusion_rate(self) -> float | None:
+        """None, never 0, when no labeled query had eligible gold."""
+        if not self.eligible_queries:
+            return None
+        return self.false_exclusions / self.eligible_queries
+
+    def describe(self) -> str:
+        rate = self.false_exclusion_rate
+        if rate is None:
+            return f"{NO_EVIDENCE}: no labeled query with eligible gold yet"
+        return (
+            f"{self.false_exclusions}/{self.eligible_queries} eligible queries ({rate:.2%}) "
+            f"lost every eligible gold document to a relevance filter"
+        )
+
+
+class FilterExclusionDetector:
+    """Joins gold labels to traces and exports the false-exclusion, recall and leak metrics."""
+
+    name: ClassVar[str] = "filter_exclusion"
+
+    def __init__(
+        self,
+        config: FilterExclusionConfig,
+        registry: CollectorRegistry,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._recall_k = tuple(config.recall_k)
+        self._clock = clock
+        self._golden = load_golden_set(config.golden_set) if config.golden_set else {}
+        ttl, bound = config.join_ttl_s, config.max_pending
+        self._trace_labels: ExpiringMap[str, frozenset[str]] = ExpiringMap(ttl, bound)
+        self._probe_labels: ExpiringMap[str, _ProbeLabel] = ExpiringMap(ttl, bound)
+        self._traces: ExpiringMap[str, Evidence] = ExpiringMap(ttl, bound)
+        self._traces_by_probe: dict[str, set[str]] = {}
+        # Ids of scored traces, so that a label arriving again is not scored twice.
+        self._scored: ExpiringMap[str, None] = ExpiringMap(ttl, bound)
+        self._lock = threading.Lock()
+        self._totals = dict.fromkeys(FilterExclusionStatus.__dataclass_fields__, 0)
+        self._metrics = _Metrics(registry, self._recall_k)
+        pending = self._metrics.pending
+        pending.labels("labels").set_function(
+            lambda: len(self._trace_labels) + len(self._probe_labels)
+        )
+        pending.labels("traces").set_function(lambda: len(self._traces))
+
+    @property
+    def golden_set_size(self) -> int:
+        return len(self._golden)
+
+    def observe(self, trace: RagTrace) -> None:
+        with self._lock:
+            self._check_entitlement(trace)
+            now = self._clock()
+            self._expire(now)
+            if trace.trace_id in self._scored:
+                return
+            evidence = Evidence.of(trace, max(self._recall_k))
+            gold = self._trace_labels.pop(trace.trace_id)
+            if gold is None and trace.probe_id is not None:
+                gold = self._probe_gold(trace.probe_id)
+            if gold is not None:
+                self._score(gold, evidence, now)
+                return
+            self._hold(evidence, now)
+
+    def observe_event(self, event: Event) -> None:
+        if not isinstance(event, Label):
+            return
+        with self._lock:
+            now = self._clock()
+            self._expire(now)
+            gold = frozenset(event.gold_doc_ids)
+            if event.trace_id is not None:
+                self._label_trace(event.trace_id, gold, now)
+            elif event.probe_id is not None:
+                self._label_probe(event.probe_id, gold, now)
+
+    def status(self) -> FilterExclusionStatus:
+        with self._lock:
+            self._expire(self._clock())
+            return FilterExclusionStatus(**self._totals)
+
+    def start(self) -> None:
+        log.info("filter_exclusion_started", golden_set_probes=len(self._golden))
+
+    def shutdown(self) -> None:
+        pass
+
+    # --- entitlement ------------------------------------------------------------------
+
+    def _check_entitlement(self, trace: RagTrace) -> None:
+        for doc_id in _foreign_documents(trace):
+            self._metrics.violations.inc()
+            self._totals["entitlement_violations"] += 1
+            log.error("entitlement_violation", trace_id=trace.trace_id, doc_id=doc_id)
+
+    # --- the join ---------------------------------------------------------------------
+
+    def _label_trace(self, trace_id: str, gold: frozenset[str], now: float) -> None:
+        evidence = self._traces.pop(trace_id)
+        if evidence is not None:
+            self._unindex(evidence)
+            self._score(gold, evidence, now)
+        elif trace_id in self._scored or trace_id in self._trace_labels:
+            self._metrics.duplicate_labels.inc()  # the first label of a trace wins
+        else:
+            for _ in self._trace_labels.put(trace_id, gold, now):
+                self._metrics.unmatched_labels.inc()
+
+    def _label_probe(self, probe_id: str, gold: frozenset[str], now: float) -> None:
+        # A probe label applies to every replay of the probe within the TTL; a
+        # newer one for the same probe replaces it (a corrected golden set).
+        label = _ProbeLabel(gold)
+        waiting = self._traces_by_probe.pop(probe_id, set())
+        for trace_id in waiting:
+            evidence = self._traces.pop(trace_id)
+            if evidence is not None:
+                label.matched = True
+                self._score(gold, evidence, now)
+        previous = self._probe_labels.get(probe_id)
+        if previous is not None and previous.matched:
+            label.matched = True
+        for _, dropped in self._probe_labels.put(probe_id, label, now):
+            if not dropped.matched:
+                self._metrics.unmatched_labels.inc()
+
+    def _probe_gold(self, probe_id: str) -> frozenset[str] | None:
+        label = self._probe_labels.get(probe_id)
+        if label is not None:
+            label.matched = True
+            return label.gold
+        return self._golden.get(probe_id)
+
+    def _hold(self, evidence: Evidence, now: float) -> None:
+        if evidence.probe_id is not None:
+            self._traces_by_probe.setdefault(evidence.probe_id, set()).add(evidence.trace_id)
+        for _, dropped in self._traces.put(evidence.trace_id, evidence, now):
+            self._drop_trace(dropped)
+
+    def _drop_trace(self, evidence: Evidence) -> None:
+        # Unlabeled live traffic is the normal case; only a probe without gold is a gap.
+        if evidence.probe_id is not None:
+            self._unindex(evidence)
+            self._metrics.unmatched_probe_traces.inc()
+
+    def _unindex(self, evidence: Evidence) -> None:
+        if evidence.probe_id is None:
+            return
+        waiting = self._traces_by_probe.get(evidence.probe_id)
+        if waiting is not None:
+            waiting.discard(evidence.trace_id)
+            if not waiting:
+                del self._traces_by_probe[evidence.probe_id]
+
+    def _expire(self, now: float) -> None:
+        for _ in self._trace_labels.expire(now):
+            self._metrics.unmatched_labels.inc()
+        for _, label in self._probe_labels.expire(now):
+            if not label.matched:
+                self._metrics.unmatched_labels.inc()
+        for _, evidence in self._traces.expire(now):
+            self._drop_trace(evidence)
+        self._scored.expire(now)
+
+    # --- scoring ----------------------------------------------------------------------
+
+    def _score(self, gold: frozenset[str], evidence: Evidence, now: float) -> None:
+        self._scored.put(evidence.trace_id, None, now)
+        score = score_query(gold, evidence, self._recall_k)
+        metrics, totals = self._metrics, self._totals
+        if not score.eligible_gold:
+            metrics.no_eligible_gold.inc()
+            totals["no_eligible_gold"] += 1
+            return
+        metrics.eligible_queries.inc()
+        metrics.eligible_gold_docs.inc(len(score.eligible_gold))
+        metrics.excluded_gold_docs.inc(len(score.excluded_gold))
+        totals["eligible_queries"] += 1
+        totals["eligible_gold_docs"] += len(score.eligible_gold)
+        totals["excluded_gold_docs"] += len(score.excluded_gold)
+        if score.false_exclusion:
+            metrics.false_exclusions.inc()
+            totals["false_exclusions"] += 1
+        for k, recall in score.recall.items():
+            metrics.recall[k].observe(recall)
+
+
+class _Metrics:
+    def __init__(self, registry: CollectorRegistry, recall_k: tuple[int, ...]) -> None:
+        def counter(name: str, documentation: str) -> Counter:
+            return Counter(name, documentation, registry=registry)
+
+        self.eligible_queries = counter(
+            "rag_filter_eligible_queries_total",
+            "Labeled queries with at least one gold document the caller may see.",
+        )
+        self.false_exclusions = counter(
+            "rag_filter_false_exclusions_total",
+            "Eligible queries whose every eligible gold document a relevance filter removed.",
+        )
+        self.eligible_gold_docs = counter(
+            "rag_filter_eligible_gold_docs_total",
+            "Gold documents the caller may see, summed over eligible queries.",
+        )
+        self.excluded_gold_docs = counter(
+            "rag_filter_excluded_gold_docs_total",
+            "Eligible gold documents a relevance filter removed.",
+        )
+        self.no_eligible_gold = counter(
+            "rag_filter_no_eligible_gold_total",
+            "Labeled queries whose gold the caller may not see (outside the denominator).",
+        )
+        self.unmatched_labels = counter(
+            "rag_filter_unmatched_labels_total",
+            "Labels that found no trace within join_ttl_s (or were dropped over max_pending).",
+        )
+        self.unmatched_probe_traces = counter(
+            "rag_filter_unmatched_probe_traces_total",
+            "Probe traces whose probe id had no gold within join_ttl_s.",
+        )
+        self.duplicate_labels = counter(
+            "rag_filter_duplicate_labels_total",
+            "Labels for a trace that already had one (the first wins).",
+        )
+        self.violations = counter(
+            "rag_entitlement_violations_total",
+            "Documents of another tenant than the caller's among a request's contexts.",
+        )
+        histogram = Histogram(
+            "rag_retrieval_recall",
+            "Recall@k of the retrieved documents against the eligible gold set, per query.",
+            ["k"],
+            buckets=RECALL_BUCKETS,
+            registry=registry,
+        )
+        self.recall = {k: histogram.labels(str(k)) for k in recall_k}
+        self.pending = Gauge(
+            "rag_filter_join_pending",
+            "Labels and traces held while waiting to join.",
+            ["kind"],
+            registry=registry,
+        )
