@@ -13,10 +13,14 @@ from typing import Any
 
 import orjson
 
-from collectors.otlp import Span
+from collectors.otlp import DOCUMENT_KEYS, Span
 from monitor.trace import Context, RagTrace, Source, Usage
 
 _KIND = "openinference.span.kind"
+# Tuples, not ``int | str``: that expression builds a union object on every
+# call, and these checks run for every document of every trace.
+_ID_TYPES = (int, str)
+_NUMBER_TYPES = (int, float)
 _REQUEST_KINDS = ("CHAIN", "AGENT")
 _STAGE_OF_KIND = {
     "RETRIEVER": "retrieve",
@@ -30,9 +34,8 @@ def build_trace(spans: Sequence[Span], source: Source) -> RagTrace:
     """Build the ``RagTrace`` of one assembled trace (``spans`` share a trace id)."""
     request = _request_span(spans)
     stages: dict[str, float] = {"total": request.duration_s}
-    retrieved: list[str] = []
-    retrieved_contexts: list[Context] = []
-    reranked_contexts: list[Context] | None = None
+    retrieved: list[dict[str, Any]] = []
+    reranked: list[dict[str, Any]] | None = None
     usage: list[Usage] = []
     cost: float | None = None
     embedding: tuple[float, ...] | None = None
@@ -45,13 +48,20 @@ def build_trace(spans: Sequence[Span], source: Source) -> RagTrace:
         stages[stage] = stages.get(stage, 0.0) + span.duration_s
         attributes = span.attributes
         if kind == "RETRIEVER":
-            documents = _documents(attributes, "retrieval.documents.")
-            retrieved.extend(doc.doc_id for doc in documents)
-            retrieved_contexts.extend(documents)
+            retrieved.extend(_documents(attributes, "retrieval.documents."))
         elif kind == "RERANKER":
-            reranked_contexts = _documents(attributes, "reranker.output_documents.")
-        elif kind == "EMBEDDING" and embedding is None:
-            embedding = _vector(attributes.get("embedding.embeddings.0.embedding.vector"))
+            reranked = _documents(attributes, "reranker.output_documents.")
+            rerank_model = _text(attributes.get("reranker.model_name"))
+            if rerank_model:
+                # Rerank APIs bill search units; one call is one unit unless the span says.
+                units = _count(attributes.get("rag.rerank.units")) or 1
+                usage.append(Usage(rerank_model, _provider(attributes), rerank_units=units))
+        elif kind == "EMBEDDING":
+            if embedding is None:
+                embedding = _vector(attributes.get("embedding.embeddings.0.embedding.vector"))
+            embedding_usage = _embedding_usage(attributes)
+            if embedding_usage is not None:
+                usage.append(embedding_usage)
         elif kind == "LLM":
             usage.append(_llm_usage(attributes))
             span_cost = _number(attributes.get("llm.cost.total"))
@@ -73,8 +83,10 @@ def build_trace(spans: Sequence[Span], source: Source) -> RagTrace:
         intent=_text(attrs.get("rag.intent")),
         query=_text(request.attributes.get("input.value")),
         answer=_text(request.attributes.get("output.value")),
-        contexts=tuple(retrieved_contexts if reranked_contexts is None else reranked_contexts),
-        retrieved=tuple(retrieved),
+        # Contexts only of the documents the generator got: building them for
+        # the retrieved ones too, when a reranker replaced those, costs time per trace.
+        contexts=tuple(map(_context, retrieved if reranked is None else reranked)),
+        retrieved=tuple(str(doc["id"]) for doc in retrieved),
         relevance_excluded=_text_list(attrs.get("rag.filter.relevance_excluded")),
         entitlement_excluded=_text_list(attrs.get("rag.filter.entitlement_excluded")),
         filter_predicate=_text(attrs.get("rag.filter.predicate")),
@@ -124,47 +136,65 @@ def _merged_attributes(request: Span, spans: Sequence[Span]) -> dict[str, Any]:
     return merged
 
 
-def _documents(attributes: Mapping[str, Any], prefix: str) -> list[Context]:
+def _documents(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """The fields (``id``, ``content``, ...) of each listed document with a usable id, in order."""
     fields: dict[int, dict[str, Any]] = {}
     for key, value in attributes.items():
-        if not key.startswith(prefix):
-            continue
-        index, _, name = key[len(prefix) :].partition(".document.")
-        if index.isdigit() and name:
-            fields.setdefault(int(index), {})[name] = value
-    contexts = []
-    for _, doc in sorted(fields.items()):
-        doc_id = doc.get("id")
-        if isinstance(doc_id, int | str) and not isinstance(doc_id, bool):
-            metadata = _json_object(doc.get("metadata"))
-            contexts.append(
-                Context(
-                    doc_id=str(doc_id),
-                    chunk_id=_text(metadata.get("chunk_id")),
-                    text=_text(doc.get("content")),
-                    score=_number(doc.get("score")),
-                    tenant=_text(metadata.get("tenant")),
-                    metadata=metadata,
-                )
-            )
-    return contexts
+        if key.startswith(prefix):
+            document = DOCUMENT_KEYS[key]
+            if document is not None and document[2]:
+                fields.setdefault(document[1], {})[document[2]] = value
+    return [
+        doc
+        for _, doc in sorted(fields.items())
+        if isinstance(doc.get("id"), _ID_TYPES) and not isinstance(doc["id"], bool)
+    ]
+
+
+def _context(doc: Mapping[str, Any]) -> Context:
+    metadata = _json_object(doc.get("metadata"))
+    return Context(
+        doc_id=str(doc["id"]),
+        chunk_id=_text(metadata.get("chunk_id")),
+        text=_text(doc.get("content")),
+        score=_number(doc.get("score")),
+        tenant=_text(metadata.get("tenant")),
+        metadata=metadata,
+    )
 
 
 def _llm_usage(attributes: Mapping[str, Any]) -> Usage:
     model = _text(attributes.get("llm.model_name")) or _text(attributes.get("gen_ai.request.model"))
-    provider = (
-        _text(attributes.get("llm.provider"))
-        or _text(attributes.get("llm.system"))
-        or _text(attributes.get("gen_ai.provider.name"))
-        or _text(attributes.get("gen_ai.system"))
-    )
     prompt = _count(attributes.get("llm.token_count.prompt"))
     completion = _count(attributes.get("llm.token_count.completion"))
     return Usage(
         model=model or "unknown",
-        provider=provider,
+        provider=_provider(attributes),
         prompt_tokens=prompt or _count(attributes.get("gen_ai.usage.input_tokens")),
         completion_tokens=completion or _count(attributes.get("gen_ai.usage.output_tokens")),
+    )
+
+
+def _embedding_usage(attributes: Mapping[str, Any]) -> Usage | None:
+    model = _text(attributes.get("embedding.model_name")) or _text(
+        attributes.get("gen_ai.request.model")
+    )
+    tokens = (
+        _count(attributes.get("llm.token_count.prompt"))
+        or _count(attributes.get("llm.token_count.total"))
+        or _count(attributes.get("gen_ai.usage.input_tokens"))
+    )
+    if model is None or not tokens:
+        return None
+    return Usage(model, _provider(attributes), embedding_tokens=tokens)
+
+
+def _provider(attributes: Mapping[str, Any]) -> str | None:
+    return (
+        _text(attributes.get("llm.provider"))
+        or _text(attributes.get("llm.system"))
+        or _text(attributes.get("gen_ai.provider.name"))
+        or _text(attributes.get("gen_ai.system"))
     )
 
 
@@ -191,7 +221,7 @@ def _text_list(value: Any) -> tuple[str, ...]:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+    if isinstance(value, _NUMBER_TYPES) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
 

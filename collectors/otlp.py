@@ -29,6 +29,48 @@ MAX_DOCUMENTS_PER_SPAN = 1000
 _DOCUMENT_PREFIXES = ("retrieval.documents.", "reranker.output_documents.")
 
 
+def split_document_key(key: str) -> tuple[str, int, str] | None:
+    """Split a document attribute name into its prefix, index and field.
+
+    ``retrieval.documents.3.document.id`` gives ``("retrieval.documents.", 3, "id")``;
+    the field is ``""`` when the name goes on otherwise (``retrieval.documents.3.x``);
+    None for a name that is not ``<prefix><decimal index>...``. Hot paths read
+    ``DOCUMENT_KEYS[key]`` instead, which remembers the answer.
+    """
+    prefix = next((p for p in _DOCUMENT_PREFIXES if key.startswith(p)), None)
+    if prefix is None:
+        return None
+    index, _, rest = key[len(prefix) :].partition(".")
+    # isdecimal, not isdigit: int() refuses digits such as "²" that isdigit accepts.
+    if not index.isdecimal():
+        return None
+    field = rest[len("document.") :] if rest.startswith("document.") else ""
+    return prefix, int(index), field
+
+
+class _DocumentKeyCache(dict[str, tuple[str, int, str] | None]):
+    """``split_document_key`` remembered per name.
+
+    Decoding and the OpenInference mapping split every attribute name of every
+    span, and a service uses the same few names again and again. A plain dict
+    lookup is the cheapest check there is. Bounded: long names are not kept,
+    and a full cache starts afresh, so names sent on purpose cannot pin memory.
+    """
+
+    def __missing__(self, key: str) -> tuple[str, int, str] | None:
+        document = split_document_key(key)
+        if len(key) <= _MAX_CACHED_NAME:
+            if len(self) >= _MAX_CACHED_NAMES:
+                self.clear()
+            self[key] = document
+        return document
+
+
+_MAX_CACHED_NAME = 128
+_MAX_CACHED_NAMES = 4096
+DOCUMENT_KEYS = _DocumentKeyCache()
+
+
 class PayloadError(ValueError):
     """The payload as a whole cannot be decoded; the reason is safe to log."""
 
@@ -123,6 +165,11 @@ def _proto_attributes(pairs: Iterable[KeyValue]) -> dict[str, Any]:
 
 
 def _proto_value(value: AnyValue) -> Any:
+    # Most values are non-empty strings: reading string_value first spares the
+    # oneof lookup for them ("" falls through, as does every other kind).
+    text = value.string_value
+    if text:
+        return text
     kind = value.WhichOneof("value")
     if kind == "array_value":
         return [_proto_value(item) for item in value.array_value.values]
@@ -256,10 +303,11 @@ def _checked_span(
         raise SpanRejected("span times must satisfy 0 < start <= end")
     documents = 0
     for key, value in attributes.items():
-        if key.startswith(_DOCUMENT_PREFIXES):
-            index = key.split(".", 3)[2]
-            if index.isdigit():
-                documents = max(documents, int(index) + 1)
+        document = DOCUMENT_KEYS[key]
+        if document is not None and document[1] >= documents:
+            documents = document[1] + 1
+        if type(value) is str:
+            continue  # most values; spares the number checks below
         if isinstance(value, float) and not math.isfinite(value):
             raise SpanRejected(f"attribute {key} is not a finite number")
         if isinstance(value, list) and any(

@@ -209,6 +209,6 @@ class CostDetector:
 
 
 def _has_usage(usage: Usage) -> bool:
-    return bool(
-        usage.prompt_tokens or usage.completion_tokens or usage.embedding_tokens or usage.rerank_units
+    return any(
+        (usage.prompt_tokens, usage.completion_tokens, usage.embedding_tokens, usage.rerank_units)
     )

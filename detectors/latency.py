@@ -1,4 +1,4 @@
-"""Per-stage latency: histograms for fleet-wide quantiles, sliding-window quantile gauges per replica.
+"""Per-stage latency: histograms for fleet-wide quantiles, window quantile gauges per replica.
 
 ``rag_stage_latency_seconds{stage}`` is a histogram that Prometheus can sum
 across replicas. ``rag_stage_latency_window_seconds{stage,quantile}`` is the
@@ -48,9 +48,7 @@ class SlidingQuantiles(Collector):
         self._lock = threading.Lock()
         # (slot number, sketch per stage), oldest first; one slot more than the
         # window so that a full window is covered between slot boundaries.
-        self._slots: deque[tuple[int, dict[str, DDSketch]]] = deque(
-            maxlen=_SLOTS_PER_WINDOW + 1
-        )
+        self._slots: deque[tuple[int, dict[str, DDSketch]]] = deque(maxlen=_SLOTS_PER_WINDOW + 1)
 
     def add(self, stage: str, seconds: float) -> None:
         slot = int(self._clock() // self._slot_s)

@@ -38,7 +38,13 @@ def _parser() -> argparse.ArgumentParser:
     report = verb("report", "write a report (drift)")
     report.add_argument("kind", choices=["drift"])
     report.add_argument("--since", default="7d")
-    report.add_argument("--out", type=Path, default=Path("report.html"))
+    report.add_argument("--out", type=Path, default=Path("report.html"), help=".html or .md")
+    drift = verb("drift", "manage the drift detector's state (set-reference)")
+    drift.add_argument("action", choices=["set-reference"])
+    source = drift.add_mutually_exclusive_group(required=True)
+    source.add_argument("--file", type=Path, help=".npy array or JSON lines of vectors")
+    source.add_argument("--from-window", choices=["latest"], help="the last tested window")
+    source.add_argument("--since", help="vectors sampled from tests in this period, e.g. 2d")
     check = verbs.add_parser("check-config", help="validate a configuration file and explain it")
     check.add_argument("file", type=Path, nargs="?", help="YAML file (omitted: the defaults)")
     check.add_argument("--explain", action="store_true", help="list every key with its meaning")
@@ -60,6 +66,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _demo(args.config, args.duration)
     if args.verb == "rules":
         return _rules(args.config, args.kubernetes)
+    if args.verb == "report":
+        return _report(args.config, args.since, args.out)
+    if args.verb == "drift":
+        return _drift_set_reference(args.config, args.file, args.from_window, args.since)
     print(
         f"rag-monitor {args.verb}: not available yet in this version",
         file=sys.stderr,
@@ -137,4 +147,44 @@ def _dashboard(path: Path | None) -> int:
     if not isinstance(config, Config):
         return 1
     sys.stdout.write(render_dashboard(config))
+    return 0
+
+
+def _report(path: Path | None, since: str, out: Path) -> int:
+    from detectors.drift.report import write_report
+    from monitor.config import Config
+
+    config = _load(path)
+    if not isinstance(config, Config):
+        return 1
+    try:
+        report = write_report(config, since, out)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"rag-monitor report drift: {exc}", file=sys.stderr)
+        return 1
+    print(f"{out}: {report.verdict} ({len(report.tests)} tests since {since})")
+    return 0
+
+
+def _drift_set_reference(
+    path: Path | None, file: Path | None, from_window: str | None, since: str | None
+) -> int:
+    from detectors.drift.reference import set_reference
+    from monitor.config import Config
+
+    config = _load(path)
+    if not isinstance(config, Config):
+        return 1
+    try:
+        reference_id, size = set_reference(
+            config.detectors.drift,
+            config.service.state_dir,
+            from_window=from_window,
+            since=since,
+            file=file,
+        )
+    except (ValueError, OSError) as exc:
+        print(f"rag-monitor drift set-reference: {exc}", file=sys.stderr)
+        return 1
+    print(f"reference {reference_id}: {size} vectors, active from the next test")
     return 0

@@ -151,14 +151,71 @@ class FaithfulnessConfig(_Section):
     max_per_second: float = Field(5.0, gt=0, description="cap on scored traces per second")
     threshold: float = Field(0.5, ge=0, le=1, description="score at or above: consistent")
     granularity: Literal["answer", "sentence"] = Field("answer", description="unit scored")
-    batch_size: int = Field(8, gt=0, description="pairs per model call")
+    batch_size: int | None = Field(
+        None, gt=0, description="pairs per model call (null: 1 on cpu, 8 on cuda)"
+    )
     device: str = Field("cpu", description="torch device: cpu or cuda")
+    precision: Literal["fp32", "bf16", "int8"] = Field(
+        "fp32", description="weights: fp32, bf16, or int8 (dynamic int8 Linear layers, cpu only)"
+    )
+    threads: int | None = Field(
+        None, gt=0, description="torch intra-op threads (null: torch's default)"
+    )
+    max_premise_tokens: int = Field(
+        2048, gt=0, description="premise token budget; longer premises are cut and counted"
+    )
+    refusal_patterns: list[str] = Field(
+        default_factory=lambda: [
+            r"i (?:do not|don't|cannot|can't|am unable to|am not able to) "
+            r"(?:know|answer|find|help)",
+            r"i'm (?:not sure|unable to|not able to)",
+            r"(?:sorry|unfortunately),? (?:but )?i (?:do not|don't|cannot|can't)",
+            r"(?:there is|i have) (?:no|not enough) (?:information|context|data)",
+            r"the (?:provided |given )?(?:context|documents?|sources?) (?:does|do) not "
+            r"(?:contain|mention|say)",
+        ],
+        description="regexes (case-insensitive, matched at the answer's start) of refusals",
+    )
+    cache_size: int = Field(
+        10_000, ge=0, description="scores kept in an LRU cache by (premise, answer); 0: off"
+    )
+
+    @field_validator("refusal_patterns")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        import re
+
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from exc
+        return patterns
+
+    @field_validator("precision")
+    @classmethod
+    def _int8_on_cpu(cls, precision: str, info: Any) -> str:
+        if precision == "int8" and not str(info.data.get("device", "cpu")).startswith("cpu"):
+            raise ValueError("int8 runs on cpu only; use bf16 or fp32 on cuda")
+        return precision
 
 
 class FilterExclusionConfig(_Section):
     golden_set: Path | None = Field(None, description="JSON lines of probe_id and gold_doc_ids")
     recall_k: list[int] = Field(default_factory=lambda: [5, 10], description="k of recall@k")
     join_ttl_s: float = Field(3600, gt=0, description="how long labels and traces wait to join")
+    max_pending: int = Field(
+        50_000, gt=0, description="labels and traces each held for a join; the oldest go first"
+    )
+
+    @field_validator("recall_k")
+    @classmethod
+    def _distinct_positive(cls, recall_k: list[int]) -> list[int]:
+        if not recall_k or any(k < 1 for k in recall_k):
+            raise ValueError("every k must be a positive integer, and at least one is needed")
+        if len(set(recall_k)) != len(recall_k):
+            raise ValueError("duplicate k: each k may appear once")
+        return sorted(recall_k)
 
 
 class DriftConfig(_Section):
@@ -170,6 +227,28 @@ class DriftConfig(_Section):
     test_every_records: int = Field(250, gt=0, description="new vectors between tests")
     p_value: float = Field(0.05, gt=0, lt=1, description="significance level")
     n_permutations: int = Field(100, gt=0, description="permutations per test")
+    keep_examples: bool = Field(
+        False, description="keep a bounded sample of query texts per window for the report"
+    )
+    online: bool = Field(
+        False, description="alibi only: MMDDriftOnline on every vector instead of window tests"
+    )
+    ert: float = Field(
+        1000.0, gt=1, description="online: expected vectors between false alarms (ERT)"
+    )
+    n_bootstraps: int = Field(
+        1000, gt=0, description="online: bootstrap samples that calibrate the thresholds"
+    )
+
+    @field_validator("online")
+    @classmethod
+    def _online_needs_alibi(cls, online: bool, info: Any) -> bool:
+        settings = info.data
+        if online and settings.get("backend") != "alibi":
+            raise ValueError("online: true needs backend: alibi (MMDDriftOnline)")
+        if online and settings.get("reference_size", 0) < 2 * settings.get("window_size", 0):
+            raise ValueError("online: true needs reference_size >= 2 * window_size")
+        return online
 
 
 class DetectorsConfig(_Section):

@@ -9,13 +9,15 @@ view (or, without a TTY, a log line every 10 s) shows what the sidecar sees.
 from __future__ import annotations
 
 import json
+import operator
 import random
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import structlog
@@ -41,6 +43,10 @@ TENANTS = ("acme", "globex", "initech")
 INTENTS = ("billing", "shipping", "returns", "account")
 LOCALES = ("en-US", "en-GB", "de-DE", "fr-FR")
 DIMENSIONS = 16
+# A tenth of the requests replay golden-set probes, so that the false-exclusion
+# rate and recall have labelled evidence (see README "Relevance filter").
+PROBE_SHARE = 0.1
+PROBES_PER_TENANT = 10
 
 
 @dataclass(frozen=True)
@@ -127,8 +133,13 @@ class SyntheticRagService:
         prompt_tokens = int(rng.uniform(600, 1500) * (20 if name.startswith("cost") else 1))
         completion_tokens = int(rng.uniform(60, 300))
         documents = [f"{tenant}-doc-{rng.randrange(200)}" for _ in range(5)]
+        probe = None
+        if rng.random() < PROBE_SHARE:
+            probe, documents[0] = probe_and_gold(tenant, rng.randrange(PROBES_PER_TENANT))
         locale = "en-US" if name.startswith("bad locale") else rng.choice(LOCALES)
-        excluded = documents[3:] if name.startswith("bad locale") else []
+        # The bad predicate drops the top document (a probe's gold) with another one.
+        excluded = [documents[0], documents[4]] if name.startswith("bad locale") else []
+        retrieved = [d for d in documents if d not in excluded]
         shift = 1.5 if name.startswith("query-mix") else 0.0
         vector = [rng.gauss(shift if i < 4 else 0.0, 1.0) for i in range(DIMENSIONS)]
 
@@ -138,11 +149,12 @@ class SyntheticRagService:
             start_time=now,
             attributes={
                 "openinference.span.kind": "CHAIN",
-                "input.value": f"synthetic {intent} question",
+                "input.value": f"synthetic {intent} question {rng.randrange(2000)}",
                 "output.value": "synthetic answer",
                 "rag.tenant": tenant,
                 "rag.intent": intent,
                 "session.id": f"session-{rng.randrange(500)}",
+                **({"rag.probe_id": probe} if probe else {}),
             },
         )
         context = set_span_in_context(root)
@@ -157,11 +169,11 @@ class SyntheticRagService:
                 "openinference.span.kind": "RETRIEVER",
                 "rag.filter.predicate": f"locale = '{locale}'",
                 "rag.filter.relevance_excluded": excluded,
-                **_documents("retrieval.documents", documents[: 5 - len(excluded)], tenant, locale),
+                **_documents("retrieval.documents", retrieved, tenant, locale),
             }),
             ("rerank", rerank_s, {
                 "openinference.span.kind": "RERANKER",
-                **_documents("reranker.output_documents", documents[:3], tenant, locale),
+                **_documents("reranker.output_documents", retrieved[:3], tenant, locale),
             }),
             ("generate", generate_s, {
                 "openinference.span.kind": "LLM", "llm.model_name": model,
@@ -176,6 +188,33 @@ class SyntheticRagService:
             span.end(end_time=t + int(seconds * 1e9))
             t += int(seconds * 1e9)
         root.end(end_time=now + int(total_s * 1e9))
+
+
+def probe_and_gold(tenant: str, number: int) -> tuple[str, str]:
+    """The probe id and its one gold document, in the caller's tenant."""
+    return f"demo-{tenant}-{number}", f"{tenant}-gold-{number}"
+
+
+def with_demo_settings(config: Config) -> Config:
+    """The demo's golden set (unless the config names one) and drift windows sized to its
+    20 requests/s, so that the incidents show within minutes."""
+    detectors = config.detectors
+    filter_exclusion = detectors.filter_exclusion
+    if filter_exclusion.golden_set is None:
+        path = config.service.state_dir / "demo-golden-set.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for tenant in TENANTS:
+            for number in range(PROBES_PER_TENANT):
+                probe, gold = probe_and_gold(tenant, number)
+                lines.append(json.dumps({"probe_id": probe, "gold_doc_ids": [gold]}))
+        path.write_text("\n".join(lines) + "\n")
+        filter_exclusion = filter_exclusion.model_copy(update={"golden_set": path})
+    drift = detectors.drift.model_copy(
+        update={"reference_size": 400, "window_size": 200, "test_every_records": 100}
+    )
+    update = {"filter_exclusion": filter_exclusion, "drift": drift}
+    return config.model_copy(update={"detectors": detectors.model_copy(update=update)})
 
 
 def _weighted(rng: random.Random, choices: tuple[tuple[str, str, float], ...]) -> tuple[str, str]:
@@ -205,61 +244,94 @@ class Snapshot:
     guardrails: dict[str, str]
 
 
+# Counters whose change between two snapshots the view needs: (name, labels).
+_COUNTERS = {
+    "requests": ("rag_requests_total", {"source": "otlp"}),
+    "cost_sum": ("rag_request_cost_usd_sum", {}),
+    "cost_count": ("rag_request_cost_usd_count", {}),
+    "scored": ("rag_faithfulness_evaluations_total", {"outcome": "scored"}),
+    "below": ("rag_faithfulness_below_threshold_total", {}),
+    "eligible": ("rag_filter_eligible_queries_total", {}),
+    "excluded": ("rag_filter_false_exclusions_total", {}),
+    "regenerations": ("rag_feedback_events_total", {"kind": "regenerate"}),
+    "violations": ("rag_entitlement_violations_total", {}),
+}
+NO_EVIDENCE = "no evidence yet"
+
+
 class Summarizer:
-    """Turns registry samples into a ``Snapshot`` (rates over the last refresh)."""
+    """Turns registry samples into a ``Snapshot``: rates over the interval since the last one,
+    the same arithmetic the alert rules do over counters."""
 
     def __init__(self, registry: CollectorRegistry, config: Config) -> None:
         self._registry = registry
         self._config = config
-        self._last: tuple[float, float, float, float] | None = None
+        self._last_time: float | None = None
+        self._last: dict[str, float] = dict.fromkeys(_COUNTERS, 0.0)
 
     def snapshot(self) -> Snapshot:
         now = time.monotonic()
-        requests = self._value("rag_requests_total", {"source": "otlp"})
-        cost_sum = self._value("rag_request_cost_usd_sum", {})
-        cost_count = self._value("rag_request_cost_usd_count", {})
-        first = self._last is None
-        last = self._last or (now, 0.0, 0.0, 0.0)
-        self._last = (now, requests, cost_sum, cost_count)
-        elapsed = max(now - last[0], 1e-9)
-        new_costs = cost_count - last[3]
-        cost_per_query = (cost_sum - last[2]) / new_costs if new_costs else None
+        values = {key: self._value(*series) for key, series in _COUNTERS.items()}
+        delta = {key: values[key] - self._last[key] for key in values}
+        elapsed = None if self._last_time is None else max(now - self._last_time, 1e-9)
+        self._last, self._last_time = values, now
         quantiles: dict[str, dict[str, float]] = {}
         for metric in self._registry.collect():
-            if metric.name != "rag_stage_latency_window_seconds":
-                continue
-            for s in metric.samples:
-                quantiles.setdefault(s.labels["stage"], {})[s.labels["quantile"]] = s.value
+            if metric.name == "rag_stage_latency_window_seconds":
+                for s in metric.samples:
+                    quantiles.setdefault(s.labels["stage"], {})[s.labels["quantile"]] = s.value
+        cost = _share(delta["cost_sum"], delta["cost_count"])
         return Snapshot(
-            requests=requests,
-            requests_per_s=0.0 if first else (requests - last[1]) / elapsed,
+            requests=values["requests"],
+            requests_per_s=0.0 if elapsed is None else delta["requests"] / elapsed,
             quantiles=quantiles,
-            cost_per_query=cost_per_query,
-            guardrails=self._guardrails(quantiles, cost_per_query),
+            cost_per_query=cost,
+            guardrails=self._guardrails(quantiles, cost, delta),
         )
 
     def _guardrails(
-        self, quantiles: dict[str, dict[str, float]], cost_per_query: float | None
+        self, quantiles: dict[str, dict[str, float]], cost: float | None, delta: dict[str, float]
     ) -> dict[str, str]:
-        guardrails = self._config.guardrails
+        limits = self._config.guardrails
         states = {}
-        for stage, slo in guardrails.latency_p95_slo_s.items():
-            p95 = quantiles.get(stage, {}).get("0.95")
-            states[f"p95 {stage} <= {slo}s"] = (
-                "no evidence" if p95 is None else ("BREACH" if p95 > slo else "ok")
-            )
-        budget = guardrails.cost_per_query_max_usd
-        states[f"cost/query <= ${budget}"] = (
-            "no evidence"
-            if cost_per_query is None
-            else ("BREACH" if cost_per_query > budget else "ok")
+        failing = _share(delta["below"], delta["scored"])
+        states[f"faithfulness pass share >= {limits.faithfulness_min:.0%}"] = _state(
+            None if failing is None else 1 - failing, lambda share: share < limits.faithfulness_min
         )
-        for name in ("faithfulness", "false exclusion", "regeneration band", "query drift"):
-            states[name] = "detector not in this version"
+        for stage, slo in limits.latency_p95_slo_s.items():
+            states[f"p95 {stage} <= {slo}s"] = _state(
+                quantiles.get(stage, {}).get("0.95"), partial(operator.lt, slo)
+            )
+        states[f"false exclusions <= {limits.false_exclusion_max:.0%}"] = _state(
+            _share(delta["excluded"], delta["eligible"]),
+            lambda ratio: ratio > limits.false_exclusion_max,
+        )
+        regeneration = _share(delta["regenerations"], delta["requests"])
+        states["regeneration ratio"] = (
+            NO_EVIDENCE
+            if regeneration is None
+            else f"{regeneration:.1%} (the control band needs days of history)"
+        )
+        states[f"cost/query <= ${limits.cost_per_query_max_usd}"] = _state(
+            cost, lambda value: value > limits.cost_per_query_max_usd
+        )
+        drift = self._registry.get_sample_value("rag_drift_detected", {"signal": "query_embedding"})
+        states["query drift"] = _state(drift, lambda detected: detected == 1, breach="DRIFT")
+        states["entitlement"] = "VIOLATION" if delta["violations"] else "ok"
         return states
 
     def _value(self, name: str, labels: dict[str, str]) -> float:
         return self._registry.get_sample_value(name, labels) or 0.0
+
+
+def _share(part: float, whole: float) -> float | None:
+    return part / whole if whole else None
+
+
+def _state(value: float | None, breached: Callable[[float], bool], breach: str = "BREACH") -> str:
+    if value is None:
+        return NO_EVIDENCE
+    return f"{breach} ({value:.4g})" if breached(value) else f"ok ({value:.4g})"
 
 
 def _table(snapshot: Snapshot, incident: Incident | None) -> Any:
@@ -285,6 +357,7 @@ def _table(snapshot: Snapshot, incident: Incident | None) -> Any:
 
 def run_demo(config: Config, duration_s: float | None) -> int:
     """Run the sidecar and the synthetic service until ``duration_s`` or a signal."""
+    config = with_demo_settings(config)
     sidecar = Sidecar(config)
     sidecar.start()
     http = config.collectors.otlp.http

@@ -11,7 +11,10 @@ from prometheus_client import CollectorRegistry
 
 from detectors.base import Detector
 from detectors.cost import CostDetector
+from detectors.drift.detector import DriftDetector
+from detectors.faithfulness import FaithfulnessDetector
 from detectors.feedback import FeedbackDetector
+from detectors.filter_exclusion import FilterExclusionDetector
 from detectors.latency import LatencyDetector
 from monitor.config import Config
 from monitor.pipeline import Pipeline, PipelineMetrics
@@ -55,6 +58,9 @@ def build_detectors(config: Config, registry: CollectorRegistry) -> list[Detecto
         LatencyDetector(config.detectors.latency, registry),
         CostDetector(config.detectors.cost, registry),
         FeedbackDetector(registry),
+        FaithfulnessDetector(config.detectors.faithfulness, registry, config.collectors.phoenix),
+        FilterExclusionDetector(config.detectors.filter_exclusion, registry),
+        DriftDetector(config.detectors.drift, config.service.state_dir, registry),
     ]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry.sdk.resources import Resource
@@ -29,6 +29,8 @@ class RagRequest:
     prompt_tokens: int = 900
     completion_tokens: int = 120
     extra: dict[str, object] = field(default_factory=dict)
+    doc_metadata: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    """more metadata per doc id (e.g. ``{"d2": {"locale": "en-GB"}}``), beside its tenant"""
 
     @property
     def total_s(self) -> float:
@@ -41,14 +43,38 @@ def tracer_for(exporter: SpanExporter, name: str = "rag-service") -> tuple[Trace
     return provider, provider.get_tracer("tests")
 
 
-def document_attributes(prefix: str, documents: Sequence[tuple[str, str]]) -> dict[str, object]:
+def document_attributes(
+    prefix: str,
+    documents: Sequence[tuple[str, str]],
+    metadata: Mapping[str, Mapping[str, object]] | None = None,
+) -> dict[str, object]:
     attributes: dict[str, object] = {}
     for index, (doc_id, tenant) in enumerate(documents):
         base = f"{prefix}.{index}.document"
         attributes[f"{base}.id"] = doc_id
         attributes[f"{base}.content"] = f"text of {doc_id}"
         attributes[f"{base}.score"] = 1.0 - index * 0.1
-        attributes[f"{base}.metadata"] = json.dumps({"tenant": tenant})
+        extra = (metadata or {}).get(doc_id, {})
+        attributes[f"{base}.metadata"] = json.dumps({"tenant": tenant, **extra})
+    return attributes
+
+
+def filter_attributes(
+    *,
+    probe_id: str | None = None,
+    predicate: str | None = None,
+    relevance_excluded: Sequence[str] = (),
+    entitlement_excluded: Sequence[str] = (),
+) -> dict[str, object]:
+    """Root attributes of a probe replay and of the filters a request applied (``extra``)."""
+    attributes: dict[str, object] = {
+        "rag.filter.relevance_excluded": list(relevance_excluded),
+        "rag.filter.entitlement_excluded": list(entitlement_excluded),
+    }
+    if probe_id is not None:
+        attributes["rag.probe_id"] = probe_id
+    if predicate is not None:
+        attributes["rag.filter.predicate"] = predicate
     return attributes
 
 
@@ -86,13 +112,15 @@ def emit_rag_request(
             "retrieve",
             "RETRIEVER",
             request.retrieve_s,
-            document_attributes("retrieval.documents", request.documents),
+            document_attributes("retrieval.documents", request.documents, request.doc_metadata),
         ),
         (
             "rerank",
             "RERANKER",
             request.rerank_s,
-            document_attributes("reranker.output_documents", request.documents),
+            document_attributes(
+                "reranker.output_documents", request.documents, request.doc_metadata
+            ),
         ),
         (
             "generate",

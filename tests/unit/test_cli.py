@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-
-import pytest
+from pathlib import Path
 
 HEAVY = ("torch", "transformers", "alibi_detect", "phoenix", "grpc", "kafka")
 
@@ -24,20 +23,22 @@ def test_help_lists_the_verbs_without_heavy_imports() -> None:
     result = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     )
-    for verb in ("run", "demo", "rules", "dashboard", "report", "check-config"):
+    for verb in ("run", "demo", "rules", "dashboard", "report", "drift", "check-config"):
         assert verb in result.stdout
     assert "HEAVY []" in result.stdout
 
 
-@pytest.mark.parametrize("argv", [["report", "drift"]], ids=["report"])
-def test_unfinished_verbs_exit_2_with_a_message(argv: list[str]) -> None:
-    """Verbs that later work fills in say so and exit with code 2."""
+def test_report_drift_without_state_exits_1_with_a_message(tmp_path: Path) -> None:
+    """`report drift` on a state directory without drift history says so and exits 1."""
+    config = tmp_path / "monitor.yaml"
+    config.write_text(f"service: {{state_dir: {tmp_path / 'state'}}}\n")
     result = subprocess.run(
-        [sys.executable, "-m", "monitor", *argv],
+        [sys.executable, "-m", "monitor", "report", "drift", "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
+        cwd=tmp_path,
     )
-    assert result.returncode == 2
-    assert "not available yet" in result.stderr
+    assert result.returncode == 1
+    assert "no drift state" in result.stderr
