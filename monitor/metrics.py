@@ -57,3 +57,10 @@ def samples_counter(registry: CollectorRegistry) -> Counter:
         "was full or its max_per_second budget was spent.",
         ["detector", "outcome"],
     )
+
+
+def queue_depth(registry: CollectorRegistry) -> Gauge:
+    """``rag_monitor_queue_depth{queue}``: items waiting in each bounded queue."""
+    return shared_metric(
+        registry, Gauge, "rag_monitor_queue_depth", "Items waiting in a queue.", ["queue"]
+    )

@@ -25,6 +25,7 @@ from collectors.openinference import build_trace
 from collectors.otlp import Span
 from detectors.base import Detector
 from monitor.config import AssemblyConfig
+from monitor.metrics import queue_depth
 from monitor.trace import Event, Feedback, RagTrace, Source
 
 log = structlog.get_logger("rag_monitor.pipeline")
@@ -79,9 +80,7 @@ class PipelineMetrics:
             ["collector", "outcome"],
             registry=registry,
         )
-        self.queue_depth = Gauge(
-            "rag_monitor_queue_depth", "Items waiting in a queue.", ["queue"], registry=registry
-        )
+        self.queue_depth = queue_depth(registry)
         self.traces = Counter(
             "rag_monitor_assembled_traces_total",
             "Traces emitted by span assembly: complete (root + grace), expired (TTL), "

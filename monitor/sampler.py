@@ -24,7 +24,7 @@ from typing import Literal, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from monitor.metrics import samples_counter
+from monitor.metrics import queue_depth, samples_counter
 from monitor.trace import Event, Feedback, RagTrace
 
 SampleReason = Literal["rate", "probe", "thumbs_down"]
@@ -86,6 +86,7 @@ class Sampler:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.queue: queue.Queue[Sampled] = queue.Queue(maxsize=queue_size)
+        queue_depth(registry).labels(detector).set_function(self.queue.qsize)
         self._rate = sample_rate
         self._probes = "probe" in always_sample
         self._thumbs_down = "thumbs_down" in always_sample

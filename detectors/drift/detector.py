@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from detectors.drift.result import DriftResult, OnlineTest, Vectors, WindowTest
 from detectors.drift.store import FILE_NAME, DriftStore
 from monitor.config import DriftConfig
+from monitor.metrics import queue_depth
 from monitor.trace import Event, RagTrace
 
 __all__ = ["SIGNAL", "DriftDetector", "DriftResult", "make_window_test", "representation_of"]
@@ -152,6 +153,7 @@ class DriftDetector:
         self._clock = clock
         self._random = random.Random(seed)
         self._queue: queue.Queue[_Item | object] = queue.Queue(maxsize=QUEUE_SIZE)
+        queue_depth(registry).labels("drift").set_function(self._queue.qsize)
         self._thread: threading.Thread | None = None
         self.tests_done = 0  # for tests and the demo: results seen by the worker
         self.last_result: DriftResult | None = None
