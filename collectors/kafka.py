@@ -163,6 +163,7 @@ class KafkaCollector:
         self._thread: threading.Thread | None = None
         self._joined = False
         self._last_commit = time.monotonic()
+        self._lag_topics: set[str] = set()
 
     def ready(self) -> bool:
         """True once the consumer has joined its group and holds its assignment."""
@@ -263,6 +264,23 @@ class KafkaCollector:
                 self._handle(tp, record)
         if time.monotonic() - self._last_commit >= _COMMIT_INTERVAL_S:
             self._commit(consumer)
+            self._report_lag(consumer)
+
+    def _report_lag(self, consumer: KafkaConsumer) -> None:
+        # The fetch high watermark, not end_offsets(): some brokers (Tansu) answer
+        # ListOffsets "latest" with the last batch's base offset.
+        lag: dict[str, int] = dict.fromkeys(self._lag_topics, 0)
+        for tp in consumer.assignment():
+            highwater = consumer.highwater(tp)
+            try:
+                position = consumer.position(tp, timeout_ms=0) if highwater is not None else None
+            except KafkaError:  # revoked meanwhile, or no position yet
+                continue
+            if highwater is not None and position is not None:
+                lag[tp.topic] = lag.get(tp.topic, 0) + max(0, highwater - position)
+        for topic, records in lag.items():
+            self._pipeline.metrics.kafka_lag.labels(topic).set(records)
+        self._lag_topics = set(lag)
 
     def _handle(self, tp: TopicPartition, record: ConsumerRecord) -> None:
         topics = self._config.topics

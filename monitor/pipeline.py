@@ -108,6 +108,12 @@ class PipelineMetrics:
             ["type"],
             registry=registry,
         )
+        self.kafka_lag = Gauge(
+            "rag_monitor_kafka_lag_records",
+            "Records of the assigned partitions not yet read (high watermark - position).",
+            ["topic"],
+            registry=registry,
+        )
         self.detector_errors = Counter(
             "rag_monitor_detector_errors_total",
             "Exceptions raised by a detector (the trace is still counted).",

@@ -362,6 +362,10 @@ def test_mixed_formats_count_once_and_garbage_is_dead_lettered(
     port = sidecar.metrics_server.port
     assert get(port, "/healthz")[0] == 200
     assert get(port, "/readyz")[0] == 200
+    # Everything was read: the lag of the trace topic is reported, and it is 0.
+    wait_until(
+        lambda: registry.get_sample_value("rag_monitor_kafka_lag_records", {"topic": topic}) == 0
+    )
 
 
 # --- a librdkafka producer ------------------------------------------------------------------
