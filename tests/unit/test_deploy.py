@@ -20,6 +20,8 @@ def documents(path: Path) -> list[dict[str, Any]]:
 def kubernetes_objects() -> dict[str, dict[str, Any]]:
     objects = {}
     for path in sorted((DEPLOY / "kubernetes").glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
         for doc in documents(path):
             assert {"apiVersion", "kind", "metadata"} <= doc.keys(), path
             objects[doc["kind"]] = doc
@@ -147,3 +149,11 @@ def test_committed_dashboard_is_current_and_covers_every_guardrail() -> None:
     for panel in dashboard["panels"]:
         grid = panel["gridPos"]
         assert grid["x"] + grid["w"] <= 24, panel["title"]
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    """`kubectl apply -k deploy/kubernetes` applies every manifest in the folder."""
+    folder = DEPLOY / "kubernetes"
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    manifests = {p.name for p in folder.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(kustomization["resources"]) == manifests
