@@ -28,6 +28,8 @@ class RagRequest:
     model: str = "gpt-4o"
     prompt_tokens: int = 900
     completion_tokens: int = 120
+    ttft_s: float | None = None
+    """with a value, the LLM span gets a ``first_token`` event this long after its start"""
     extra: dict[str, object] = field(default_factory=dict)
     doc_metadata: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     """more metadata per doc id (e.g. ``{"d2": {"locale": "en-GB"}}``), beside its tenant"""
@@ -141,6 +143,8 @@ def emit_rag_request(
             start_time=t,
             attributes={"openinference.span.kind": kind, **attributes},
         )
+        if kind == "LLM" and request.ttft_s is not None:
+            span.add_event("first_token", timestamp=t + round(request.ttft_s * NS))
         span.end(end_time=t + round(seconds * NS))
         t += round(seconds * NS)
     root.end(end_time=t)

@@ -1,0 +1,161 @@
+"""Every panel query of the Grafana dashboard returns data from a real Prometheus after traffic."""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+from alerts.dashboard import build_dashboard, panel_queries
+from alerts.rules import render_rules
+from monitor.sidecar import Sidecar
+from tests.conftest import sample, unique, wait_until
+from tests.hhem_checkpoint import build_checkpoint
+from tests.integration.test_alerting import JOB, TEST_RULES, Services, query_series, services
+from tests.integration.test_filter_exclusion import probe_request
+from tests.integration.test_kafka import Broker, broker, kafka_settings, rag_trace
+from tests.otel_traffic import RagRequest, emit_rag_request, tracer_for
+from tests.unit.test_filter_exclusion import PROBES, golden_set_lines
+
+pytestmark = pytest.mark.integration
+__all__ = ["broker", "services"]  # fixtures shared with test_kafka and test_alerting
+
+StartSidecar = Callable[..., Sidecar]
+# What Grafana puts in for the dashboard's variables.
+VARIABLES = {"$job": JOB, "$__rate_interval": "30s"}
+REFERENCE_SIZE, WINDOW_SIZE = 40, 30
+DRIFT = {
+    "backend": "scipy",
+    "reference_size": REFERENCE_SIZE,
+    "window_size": WINDOW_SIZE,
+    "test_every_records": WINDOW_SIZE,
+    "n_permutations": 50,
+}
+DIMENSIONS = 3  # the size of the EMBEDDING span's vector in otel_traffic
+TTFT_S = 0.3
+
+
+def grafana_expr(expr: str) -> str:
+    for variable, value in VARIABLES.items():
+        expr = expr.replace(variable, value)
+    return expr
+
+
+def kafka_records(count: int, rng: random.Random) -> list[bytes]:
+    """rag-trace/1 records with random query vectors, a TTFT stage and no usage (unpriced)."""
+    stages = {"retrieve": 0.05, "generate": 0.5, "ttft": 0.2, "total": 0.6}
+    return [
+        rag_trace(
+            query_embedding=[rng.gauss(0.0, 1.0) for _ in range(DIMENSIONS)],
+            stages=stages,
+            session_id="kafka",
+            query="how do refunds work?",
+        )
+        for _ in range(count)
+    ]
+
+
+def otlp_requests() -> list[RagRequest]:
+    """Every golden probe, a leak, an unpriced model and a plain request, all with TTFT."""
+    start = time.time_ns()
+    round_ = [probe_request(probe, start) for probe in PROBES]
+    round_.append(probe_request(None, start))
+    round_.append(RagRequest(start_ns=start, model="no-such-model-anywhere"))
+    round_.append(RagRequest(start_ns=start))
+    return [replace(request, ttft_s=TTFT_S) for request in round_]
+
+
+class Traffic:
+    """Sends rounds of OTLP requests through the real exporter until stopped."""
+
+    def __init__(self, sidecar: Sidecar) -> None:
+        endpoint = f"http://127.0.0.1:{sidecar.http.port}/v1/traces"  # type: ignore[union-attr]
+        self.provider, self.tracer = tracer_for(OTLPSpanExporter(endpoint=endpoint))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for request in otlp_requests():
+                emit_rag_request(self.tracer, request)
+            self._stop.wait(0.05)
+
+    def __enter__(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.provider.shutdown()
+
+
+def has_data(prometheus: str, promql: str) -> bool:
+    return any(not math.isnan(v) for v in query_series(prometheus, promql).values())
+
+
+def test_every_panel_query_returns_data_after_traffic(
+    broker: Broker, start_sidecar: StartSidecar, services: Services, tmp_path: Path
+) -> None:
+    """Each query of each panel, with Grafana's variables filled in, returns a series."""
+    checkpoint, _ = build_checkpoint(tmp_path / "hhem")
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text(golden_set_lines())
+    topic = broker.create_topic(unique("traces"))
+    sidecar = start_sidecar(
+        service={"state_dir": str(tmp_path / "state")},
+        collectors={"kafka": kafka_settings(broker.bootstrap, [topic])},
+        detectors={
+            "faithfulness": {
+                "model": str(checkpoint),
+                "sample_rate": 1.0,
+                "max_per_second": 1000,
+                "precision": "fp32",
+            },
+            "filter_exclusion": {"golden_set": str(golden)},
+            "drift": DRIFT,
+        },
+    )
+    registry = sidecar.registry
+    prometheus = services.start_prometheus(sidecar, render_rules(sidecar.config, TEST_RULES))
+    queries = [
+        (title, grafana_expr(expr))
+        for title, expr in panel_queries(build_dashboard(sidecar.config, TEST_RULES))
+    ]
+    assert not [expr for _, expr in queries if "$" in expr]
+
+    # Kafka first: the drift reference must be random vectors, not the OTLP spans' constant one.
+    rng = random.Random(5)
+    size = REFERENCE_SIZE + WINDOW_SIZE
+    broker.produce(topic, [*kafka_records(size, rng), rng.randbytes(64)])
+    wait_until(
+        lambda: (
+            sample(registry, "rag_drift_reference_vectors", signal="query_embedding")
+            == REFERENCE_SIZE
+        ),
+        timeout=60,
+        every=0.2,
+    )
+    wait_until(
+        lambda: sample(registry, "rag_monitor_detector_up", detector="faithfulness") == 1, 60
+    )
+
+    def empty() -> list[tuple[str, str]]:
+        return [(title, expr) for title, expr in queries if not has_data(prometheus, expr)]
+
+    with Traffic(sidecar):
+        try:
+            wait_until(lambda: not empty(), timeout=60, every=0.5)
+        except AssertionError:
+            pytest.fail(f"panel queries without data: {empty()}")
+    records = sample(
+        registry, "rag_monitor_records_total", collector="kafka", outcome="dead_lettered"
+    )
+    assert records == 1
