@@ -23,3 +23,19 @@ class Detector(Protocol):
 
     def shutdown(self) -> None:
         """Stop workers and flush; safe before start and twice."""
+
+
+class InlineDetector:
+    """Base of detectors that work only inline: no worker to start or stop, events ignored.
+
+    Subclasses override what they use; the rest of the ``Detector`` protocol is here.
+    """
+
+    def observe_event(self, event: Event) -> None:
+        """Ignore label and feedback events."""
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def shutdown(self) -> None:
+        """Nothing to stop."""

@@ -15,8 +15,9 @@ from typing import Any, ClassVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from detectors.base import InlineDetector
 from monitor.config import CostConfig, ModelPrice
-from monitor.trace import Event, RagTrace, Usage
+from monitor.trace import RagTrace, Usage
 
 # $0.0001 to $1 per request, about three buckets per decade.
 COST_BUCKETS = (
@@ -146,7 +147,7 @@ def _find_in_table(model: str, provider: str | None) -> _TablePrice | None:
     return _TablePrice(found.model.id, found.model_price)
 
 
-class CostDetector:
+class CostDetector(InlineDetector):
     """Exports ``rag_request_cost_usd``, ``rag_cost_usd_total{model}`` and unpriced counts."""
 
     name: ClassVar[str] = "cost"
@@ -197,15 +198,6 @@ class CostDetector:
         self._per_request.observe(total)
         for label, cost in by_model.items():
             self._by_model.labels(label).inc(cost)
-
-    def observe_event(self, event: Event) -> None:
-        pass
-
-    def start(self) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        pass
 
 
 def _has_usage(usage: Usage) -> bool:

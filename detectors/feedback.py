@@ -14,6 +14,7 @@ from typing import ClassVar, get_args
 
 from prometheus_client import CollectorRegistry, Counter
 
+from detectors.base import InlineDetector
 from monitor.trace import Event, Feedback, FeedbackKind, RagTrace
 
 REASK_WINDOW_S = 60.0
@@ -25,7 +26,7 @@ def normalize_query(query: str) -> str:
     return " ".join(query.casefold().split())
 
 
-class FeedbackDetector:
+class FeedbackDetector(InlineDetector):
     """Counts feedback events by kind and detects re-asks within one session."""
 
     name: ClassVar[str] = "feedback"
@@ -59,9 +60,3 @@ class FeedbackDetector:
     def observe_event(self, event: Event) -> None:
         if isinstance(event, Feedback):
             self._by_kind[event.kind].inc()
-
-    def start(self) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        pass

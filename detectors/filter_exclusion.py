@@ -34,6 +34,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from collectors.records import InvalidRecord, parse_labels
+from detectors.base import InlineDetector
 from monitor.config import FilterExclusionConfig
 from monitor.trace import Event, Label, RagTrace
 
@@ -232,7 +233,7 @@ class FilterExclusionStatus:
         )
 
 
-class FilterExclusionDetector:
+class FilterExclusionDetector(InlineDetector):
     """Joins gold labels to traces and exports the false-exclusion, recall and leak metrics."""
 
     name: ClassVar[str] = "filter_exclusion"
@@ -301,9 +302,6 @@ class FilterExclusionDetector:
 
     def start(self) -> None:
         log.info("filter_exclusion_started", golden_set_probes=len(self._golden))
-
-    def shutdown(self) -> None:
-        pass
 
     # --- entitlement ------------------------------------------------------------------
 

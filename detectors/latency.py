@@ -20,8 +20,9 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from detectors.base import InlineDetector
 from monitor.config import LatencyConfig
-from monitor.trace import STAGES, Event, RagTrace
+from monitor.trace import STAGES, RagTrace
 
 # 5 ms to 60 s: embedding and rerank calls sit at the low end, long generations
 # at the top; about three buckets per decade keep histogram_quantile honest.
@@ -93,7 +94,7 @@ class SlidingQuantiles(Collector):
         yield family
 
 
-class LatencyDetector:
+class LatencyDetector(InlineDetector):
     """Observes each traced stage's duration into the histogram and the window sketches."""
 
     name: ClassVar[str] = "latency"
@@ -121,12 +122,3 @@ class LatencyDetector:
             if child is not None:
                 child.observe(seconds)
                 self.window.add(stage, seconds)
-
-    def observe_event(self, event: Event) -> None:
-        pass
-
-    def start(self) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        pass

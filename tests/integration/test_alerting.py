@@ -9,7 +9,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -244,26 +244,36 @@ def query_value(prometheus: str, promql: str) -> float | None:
 
 
 class SteadyTraffic:
-    """Sends one OpenInference request every ``every`` seconds through the real OTLP/HTTP exporter.
+    """Sends OpenInference requests every ``every`` seconds through the real OTLP/HTTP exporter.
 
-    ``generate_s`` may be changed while it runs.
+    Each round is ``rounds()``, by default one request whose generate stage lasts
+    ``generate_s`` (which may be changed while it runs).
     """
 
-    def __init__(self, sidecar: Sidecar, generate_s: float, every: float = 0.05) -> None:
+    def __init__(
+        self,
+        sidecar: Sidecar,
+        generate_s: float = 0.5,
+        every: float = 0.05,
+        rounds: Callable[[], Sequence[RagRequest]] | None = None,
+    ) -> None:
         endpoint = f"http://127.0.0.1:{sidecar.http.port}/v1/traces"  # type: ignore[union-attr]
         self.provider, self.tracer = tracer_for(OTLPSpanExporter(endpoint=endpoint))
         self.generate_s = generate_s
         self.every = every
         self.sent = 0
+        self._rounds = rounds or self._one_request
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _one_request(self) -> list[RagRequest]:
+        return [RagRequest(start_ns=time.time_ns(), generate_s=self.generate_s)]
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            emit_rag_request(
-                self.tracer, RagRequest(start_ns=time.time_ns(), generate_s=self.generate_s)
-            )
-            self.sent += 1
+            for request in self._rounds():
+                emit_rag_request(self.tracer, request)
+                self.sent += 1
             self._stop.wait(self.every)
 
     def __enter__(self) -> SteadyTraffic:

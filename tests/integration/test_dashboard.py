@@ -4,24 +4,29 @@ from __future__ import annotations
 
 import math
 import random
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
 from alerts.dashboard import build_dashboard, panel_queries
 from alerts.rules import render_rules
 from monitor.sidecar import Sidecar
 from tests.conftest import sample, unique, wait_until
 from tests.hhem_checkpoint import build_checkpoint
-from tests.integration.test_alerting import JOB, TEST_RULES, Services, query_series, services
+from tests.integration.test_alerting import (
+    JOB,
+    TEST_RULES,
+    Services,
+    SteadyTraffic,
+    query_series,
+    services,
+)
 from tests.integration.test_filter_exclusion import probe_request
 from tests.integration.test_kafka import Broker, broker, kafka_settings, rag_trace
-from tests.otel_traffic import RagRequest, emit_rag_request, tracer_for
+from tests.otel_traffic import RagRequest
 from tests.unit.test_filter_exclusion import PROBES, golden_set_lines
 
 pytestmark = pytest.mark.integration
@@ -70,31 +75,6 @@ def otlp_requests() -> list[RagRequest]:
     round_.append(RagRequest(start_ns=start, model="no-such-model-anywhere"))
     round_.append(RagRequest(start_ns=start))
     return [replace(request, ttft_s=TTFT_S) for request in round_]
-
-
-class Traffic:
-    """Sends rounds of OTLP requests through the real exporter until stopped."""
-
-    def __init__(self, sidecar: Sidecar) -> None:
-        endpoint = f"http://127.0.0.1:{sidecar.http.port}/v1/traces"  # type: ignore[union-attr]
-        self.provider, self.tracer = tracer_for(OTLPSpanExporter(endpoint=endpoint))
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for request in otlp_requests():
-                emit_rag_request(self.tracer, request)
-            self._stop.wait(0.05)
-
-    def __enter__(self) -> Traffic:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self.provider.shutdown()
 
 
 def has_data(prometheus: str, promql: str) -> bool:
@@ -150,7 +130,7 @@ def test_every_panel_query_returns_data_after_traffic(
     def empty() -> list[tuple[str, str]]:
         return [(title, expr) for title, expr in queries if not has_data(prometheus, expr)]
 
-    with Traffic(sidecar):
+    with SteadyTraffic(sidecar, rounds=otlp_requests):
         try:
             wait_until(lambda: not empty(), timeout=60, every=0.5)
         except AssertionError:
