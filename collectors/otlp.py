@@ -29,14 +29,7 @@ MAX_DOCUMENTS_PER_SPAN = 1000
 _DOCUMENT_PREFIXES = ("retrieval.documents.", "reranker.output_documents.")
 
 
-def split_document_key(key: str) -> tuple[str, int, str] | None:
-    """Split a document attribute name into its prefix, index and field.
-
-    ``retrieval.documents.3.document.id`` gives ``("retrieval.documents.", 3, "id")``;
-    the field is ``""`` when the name goes on otherwise (``retrieval.documents.3.x``);
-    None for a name that is not ``<prefix><decimal index>...``. Hot paths read
-    ``DOCUMENT_KEYS[key]`` instead, which remembers the answer.
-    """
+def _split_document_key(key: str) -> tuple[str, int, str] | None:
     prefix = next((p for p in _DOCUMENT_PREFIXES if key.startswith(p)), None)
     if prefix is None:
         return None
@@ -48,27 +41,30 @@ def split_document_key(key: str) -> tuple[str, int, str] | None:
     return prefix, int(index), field
 
 
-class _DocumentKeyCache(dict[str, tuple[str, int, str] | None]):
-    """``split_document_key`` remembered per name.
+class _DocumentKeys(dict[str, tuple[str, int, str] | None]):
+    """Attribute name -> (prefix, index, field) of a document attribute, else None.
 
-    Decoding and the OpenInference mapping split every attribute name of every
-    span, and a service uses the same few names again and again. A plain dict
-    lookup is the cheapest check there is. Bounded: long names are not kept,
-    and a full cache starts afresh, so names sent on purpose cannot pin memory.
+    ``retrieval.documents.3.document.id`` gives ``("retrieval.documents.", 3, "id")``;
+    the field is ``""`` when the name goes on otherwise (``retrieval.documents.3.x``).
+    Decoding and the OpenInference mapping look up every attribute name of
+    every span, and a service uses the same few names again and again, so the
+    answers are remembered: a hit is one dict lookup. Bounded: long names are
+    not kept and a full table starts afresh, so names sent on purpose cannot
+    pin memory.
     """
 
     def __missing__(self, key: str) -> tuple[str, int, str] | None:
-        document = split_document_key(key)
-        if len(key) <= _MAX_CACHED_NAME:
-            if len(self) >= _MAX_CACHED_NAMES:
+        document = _split_document_key(key)
+        if len(key) <= _MAX_KEPT_NAME:
+            if len(self) >= _MAX_KEPT_NAMES:
                 self.clear()
             self[key] = document
         return document
 
 
-_MAX_CACHED_NAME = 128
-_MAX_CACHED_NAMES = 4096
-DOCUMENT_KEYS = _DocumentKeyCache()
+_MAX_KEPT_NAME = 128
+_MAX_KEPT_NAMES = 4096
+DOCUMENT_KEYS = _DocumentKeys()
 
 
 class PayloadError(ValueError):
@@ -143,10 +139,13 @@ def spans_from_request(request: ExportTraceServiceRequest) -> DecodedSpans:
                             start_ns=span.start_time_unix_nano,
                             end_ns=span.end_time_unix_nano,
                             attributes=_proto_attributes(span.attributes),
+                            # Most spans have no events: no generator for them.
                             events=tuple(
                                 SpanEvent(e.name, e.time_unix_nano, _proto_attributes(e.attributes))
                                 for e in span.events
-                            ),
+                            )
+                            if span.events
+                            else (),
                         )
                     )
                 except SpanRejected as exc:
