@@ -35,7 +35,8 @@ def _split_document_key(key: str) -> tuple[str, int, str] | None:
         return None
     index, _, rest = key[len(prefix) :].partition(".")
     # isdecimal, not isdigit: int() refuses digits such as "²" that isdigit accepts.
-    if not index.isdecimal():
+    # More than 9 digits is no document index (and int() refuses over 4,300 digits).
+    if not index.isdecimal() or len(index) > 9:
         return None
     field = rest[len("document.") :] if rest.startswith("document.") else ""
     return prefix, int(index), field

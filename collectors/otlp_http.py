@@ -34,6 +34,8 @@ _INVALID_ARGUMENT = 3  # google.rpc.Code
 _SUBMIT_TIMEOUT_S = 2.0
 # Statuses that mean "this body is bad" and count as an invalid record.
 _INVALID_BODY_STATUSES = frozenset({400, 411, 413, 415})
+# A refused body up to this many times max_request_bytes is read and dropped.
+_DISCARD_FACTOR = 4
 
 
 class _Refused(Exception):
@@ -81,7 +83,7 @@ class _OtlpHandler(QuietHandler):
         try:
             if handle is None:
                 raise _Refused(404, "unknown path")
-            self._authorize(receiver.token)
+            self._authorize(receiver.token, receiver.config.max_request_bytes)
             body = self._read_body(receiver.config.max_request_bytes)
             response = handle(receiver, body, content_type)
         except _Refused as refusal:
@@ -91,13 +93,27 @@ class _OtlpHandler(QuietHandler):
         else:
             self.send_body(200, response, PROTOBUF if content_type == PROTOBUF else JSON)
 
-    def _authorize(self, token: str | None) -> None:
+    def _authorize(self, token: str | None, limit: int) -> None:
         if token is None:
             return
         given = self.headers.get("Authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            self.close_connection = True  # the body was not read
+            self._discard_body(limit)
             raise _Refused(401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"})
+
+    def _discard_body(self, limit: int) -> None:
+        """Read and drop a refused body, so that the client, still sending, sees our
+        answer instead of a broken pipe; past a few times the limit, hang up instead."""
+        length_header = self.headers.get("Content-Length", "")
+        remaining = int(length_header) if length_header.isdigit() else -1
+        if not 0 <= remaining <= _DISCARD_FACTOR * limit:
+            self.close_connection = True
+            return
+        while remaining > 0:
+            chunk = self.rfile.read(min(remaining, 1 << 16))
+            if not chunk:
+                break
+            remaining -= len(chunk)
 
     def _read_body(self, limit: int) -> bytes:
         length_header = self.headers.get("Content-Length")
@@ -106,7 +122,7 @@ class _OtlpHandler(QuietHandler):
             raise _Refused(411, "Content-Length is required")
         length = int(length_header)
         if length > limit:
-            self.close_connection = True  # do not read what we refuse
+            self._discard_body(limit)
             raise _Refused(413, f"body of {length} bytes exceeds max_request_bytes {limit}")
         body = self.rfile.read(length)
         if len(body) < length:

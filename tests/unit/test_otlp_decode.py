@@ -208,3 +208,15 @@ def test_fuzz_json_decoder_on_any_document(document: object) -> None:
     """Any JSON document decodes or raises PayloadError."""
     with contextlib.suppress(PayloadError):
         decode_otlp_json(orjson.dumps(document))
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["retrieval.documents.².document.id", f"retrieval.documents.{'9' * 5000}.document.id"],
+    ids=["superscript-digit", "5000-digit-index"],
+)
+def test_odd_document_indexes_are_ignored_not_raised(name: str) -> None:
+    """A document index that is no plain small number is an ordinary attribute, not a crash."""
+    attributes = [{"key": name, "value": {"stringValue": "d1"}}]
+    [span] = decode_otlp_json(json_body(json_span(attributes=attributes))).spans
+    assert span.attributes[name] == "d1"
