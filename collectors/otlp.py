@@ -35,11 +35,15 @@ def _split_document_key(key: str) -> tuple[str, int, str] | None:
         return None
     index, _, rest = key[len(prefix) :].partition(".")
     # isdecimal, not isdigit: int() refuses digits such as "²" that isdigit accepts.
-    # More than 9 digits is no document index (and int() refuses over 4,300 digits).
-    if not index.isdecimal() or len(index) > 9:
+    if not index.isdecimal():
         return None
     field = rest[len("document.") :] if rest.startswith("document.") else ""
-    return prefix, int(index), field
+    # Past 9 digits the index is over any document limit; int() would also refuse
+    # a decimal of more than 4,300 digits.
+    return prefix, int(index) if len(index) <= 9 else _HUGE_INDEX, field
+
+
+_HUGE_INDEX = 10**9
 
 
 class _DocumentKeys(dict[str, tuple[str, int, str] | None]):

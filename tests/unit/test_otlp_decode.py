@@ -210,13 +210,13 @@ def test_fuzz_json_decoder_on_any_document(document: object) -> None:
         decode_otlp_json(orjson.dumps(document))
 
 
-@pytest.mark.parametrize(
-    "name",
-    ["retrieval.documents.².document.id", f"retrieval.documents.{'9' * 5000}.document.id"],
-    ids=["superscript-digit", "5000-digit-index"],
-)
-def test_odd_document_indexes_are_ignored_not_raised(name: str) -> None:
-    """A document index that is no plain small number is an ordinary attribute, not a crash."""
+def test_odd_document_indexes_are_refused_or_ignored_not_raised() -> None:
+    """A superscript "index" is an ordinary attribute; a 5,000-digit one is over the limit."""
+    name = "retrieval.documents.².document.id"
     attributes = [{"key": name, "value": {"stringValue": "d1"}}]
     [span] = decode_otlp_json(json_body(json_span(attributes=attributes))).spans
     assert span.attributes[name] == "d1"
+    huge = [{"key": f"retrieval.documents.{'9' * 5000}.document.id", "value": {"stringValue": "d"}}]
+    decoded = decode_otlp_json(json_body(json_span(attributes=huge)))
+    assert decoded.rejected == 1
+    assert "documents" in (decoded.first_error or "")
