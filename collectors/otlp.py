@@ -19,6 +19,7 @@ import orjson
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
@@ -111,6 +112,14 @@ class DecodedSpans:
         self.rejected += 1
         if self.first_error is None:
             self.first_error = reason
+
+    def export_response(self) -> ExportTraceServiceResponse:
+        """The OTLP answer: ``partial_success`` counts the refused spans, if any."""
+        response = ExportTraceServiceResponse()
+        if self.rejected:
+            response.partial_success.rejected_spans = self.rejected
+            response.partial_success.error_message = self.first_error or ""
+        return response
 
 
 class SpanRejected(ValueError):

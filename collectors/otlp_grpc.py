@@ -13,7 +13,6 @@ from concurrent import futures
 
 import grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTracePartialSuccess,
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
@@ -56,14 +55,7 @@ class _TraceService(TraceServiceServicer):
             metrics.count_record("otlp", "ok")
         elif not self._pipeline.submit(SpanBatch(decoded.spans, "otlp"), _SUBMIT_TIMEOUT_S):
             context.abort(grpc.StatusCode.UNAVAILABLE, "pipeline queue is full, retry later")
-        response = ExportTraceServiceResponse()
-        if decoded.rejected:
-            response.partial_success.CopyFrom(
-                ExportTracePartialSuccess(
-                    rejected_spans=decoded.rejected, error_message=decoded.first_error or ""
-                )
-            )
-        return response
+        return decoded.export_response()
 
 
 class OtlpGrpcReceiver:

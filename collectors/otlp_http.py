@@ -16,10 +16,6 @@ from collections.abc import Callable, Sequence
 
 import orjson
 from google.rpc.status_pb2 import Status
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTracePartialSuccess,
-    ExportTraceServiceResponse,
-)
 
 from collectors.otlp import DecodedSpans, PayloadError, decode_otlp_json, decode_otlp_proto
 from collectors.records import InvalidRecord, parse_feedback, parse_labels
@@ -183,14 +179,7 @@ def _export_response(decoded: DecodedSpans, content_type: str) -> bytes:
             return b"{}"
         partial = {"rejectedSpans": str(decoded.rejected), "errorMessage": decoded.first_error}
         return orjson.dumps({"partialSuccess": partial})
-    response = ExportTraceServiceResponse()
-    if decoded.rejected:
-        response.partial_success.CopyFrom(
-            ExportTracePartialSuccess(
-                rejected_spans=decoded.rejected, error_message=decoded.first_error or ""
-            )
-        )
-    return bytes(response.SerializeToString())
+    return bytes(decoded.export_response().SerializeToString())
 
 
 def _post_labels(receiver: OtlpHttpReceiver, body: bytes, content_type: str) -> bytes:
