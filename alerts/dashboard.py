@@ -255,9 +255,13 @@ def dashboard_rows(config: Config, options: RuleOptions | None = None) -> list[R
                     unit="currencyUSD",
                 ),
                 Panel(
-                    "Unpriced requests",
+                    "Cost coverage (partial: cost per query is a lower bound)",
                     [
-                        (_rate("rag_cost_unpriced_requests_total", by="reason"), "{{reason}}"),
+                        (_rate("rag_cost_requests_total", by="pricing"), "{{pricing}}"),
+                        (
+                            _rate("rag_cost_unpriced_requests_total", by="reason"),
+                            "unpriced: {{reason}}",
+                        ),
                     ],
                     unit="ops",
                 ),

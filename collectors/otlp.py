@@ -27,7 +27,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 # retriever hands thousands of chunks to a generator, and holding them would
 # let one request take the memory meant for many traces.
 MAX_DOCUMENTS_PER_SPAN = 1000
-_DOCUMENT_PREFIXES = ("retrieval.documents.", "reranker.output_documents.")
+RETRIEVED_DOCUMENTS = "retrieval.documents."
+RERANKED_DOCUMENTS = "reranker.output_documents."
+_DOCUMENT_PREFIXES = (RETRIEVED_DOCUMENTS, RERANKED_DOCUMENTS)
 
 
 def _split_document_key(key: str) -> tuple[str, int, str] | None:
@@ -94,6 +96,8 @@ class Span:
     end_ns: int
     attributes: Mapping[str, Any]
     events: tuple[SpanEvent, ...] = ()
+    # The resource's attributes (service.name, ...): one mapping shared by its spans.
+    resource: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def duration_s(self) -> float:
@@ -139,6 +143,7 @@ def spans_from_request(request: ExportTraceServiceRequest) -> DecodedSpans:
     """Validate and convert the spans of an already parsed request."""
     decoded = DecodedSpans()
     for resource_spans in request.resource_spans:
+        resource = _proto_attributes(resource_spans.resource.attributes)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 try:
@@ -160,6 +165,7 @@ def spans_from_request(request: ExportTraceServiceRequest) -> DecodedSpans:
                             )
                             if span.events
                             else (),
+                            resource=resource,
                         )
                     )
                 except SpanRejected as exc:
@@ -201,10 +207,14 @@ def decode_otlp_json(body: bytes) -> DecodedSpans:
         raise PayloadError("OTLP/JSON body must be an object")
     decoded = DecodedSpans()
     for resource_spans in _json_list(document, "resourceSpans", "resource_spans"):
+        try:
+            resource = _json_attributes(resource_spans.get("resource", {}).get("attributes", []))
+        except (TypeError, ValueError, KeyError, AttributeError):
+            resource = {}  # a bad resource costs its attributes, not its spans
         for scope_spans in _json_list(resource_spans, "scopeSpans", "scope_spans"):
             for span in _json_list(scope_spans, "spans", "spans"):
                 try:
-                    decoded.spans.append(_json_span(span))
+                    decoded.spans.append(_json_span(span, resource))
                 except SpanRejected as exc:
                     decoded.reject(str(exc))
                 except (TypeError, ValueError, KeyError, AttributeError) as exc:
@@ -221,7 +231,7 @@ def _json_list(node: Any, camel: str, snake: str) -> list[Any]:
     return items
 
 
-def _json_span(span: dict[str, Any]) -> Span:
+def _json_span(span: dict[str, Any], resource: Mapping[str, Any]) -> Span:
     parent = span.get("parentSpanId", span.get("parent_span_id")) or None
     return _checked_span(
         trace_id=_json_id(span.get("traceId", span.get("trace_id")), 16, "traceId"),
@@ -239,6 +249,7 @@ def _json_span(span: dict[str, Any]) -> Span:
             )
             for event in span.get("events", [])
         ),
+        resource=resource,
     )
 
 
@@ -311,6 +322,7 @@ def _checked_span(
     end_ns: int,
     attributes: dict[str, Any],
     events: tuple[SpanEvent, ...],
+    resource: Mapping[str, Any],
 ) -> Span:
     if start_ns <= 0 or end_ns < start_ns:
         raise SpanRejected("span times must satisfy 0 < start <= end")
@@ -329,4 +341,4 @@ def _checked_span(
             raise SpanRejected(f"attribute {key} holds a non-finite number")
     if documents > MAX_DOCUMENTS_PER_SPAN:
         raise SpanRejected(f"span lists {documents} documents, more than {MAX_DOCUMENTS_PER_SPAN}")
-    return Span(trace_id, span_id, parent, name, start_ns, end_ns, attributes, events)
+    return Span(trace_id, span_id, parent, name, start_ns, end_ns, attributes, events, resource)

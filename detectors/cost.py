@@ -1,9 +1,13 @@
 """Cost per query: the producer's ``llm.cost.total``, else tokens x prices.
 
 Prices come from ``cost.overrides`` (private deployments) or the
-``genai-prices`` table. A request with any model that has neither is counted
-in ``rag_cost_unpriced_requests_total{reason}`` and not observed: a guessed 0
-would pull the cost-per-query guardrail down exactly when it is blind.
+``genai-prices`` table. Each usage entry is priced on its own: priced entries
+always count, so one unpriced model (a reranker, say) does not hide what the
+generator cost. An unpriced entry is counted in
+``rag_cost_unpriced_requests_total{reason}`` and makes the request's cost a
+lower bound, counted as ``rag_cost_requests_total{pricing="partial"}``. A
+request with nothing priced is not observed at all: a guessed 0 would pull the
+cost-per-query guardrail down exactly when it is blind.
 """
 
 from __future__ import annotations
@@ -168,9 +172,20 @@ class CostDetector(InlineDetector):
         )
         self._unpriced = Counter(
             "rag_cost_unpriced_requests",
-            "Requests whose cost could not be computed, by reason.",
+            "Requests with a usage entry that could not be priced, by reason.",
             ["reason"],
             registry=registry,
+        )
+        pricing = Counter(
+            "rag_cost_requests",
+            "Requests by how much of their usage was priced: complete, partial (the observed "
+            "cost is a lower bound) or unpriced (not observed).",
+            ["pricing"],
+            registry=registry,
+        )
+        # Bound once: a labels() lookup per request shows in the ingest profile.
+        self._complete, self._partial, self._none_priced = (
+            pricing.labels(value) for value in ("complete", "partial", "unpriced")
         )
 
     def observe(self, trace: RagTrace) -> None:
@@ -180,18 +195,27 @@ class CostDetector(InlineDetector):
             generator = next((u for u in usages if u.completion_tokens), None)
             label = self.prices.label(generator.model, generator.provider) if generator else OTHER
             self._book(trace.cost_usd, {label: trace.cost_usd})
+            self._complete.inc()
             return
         if not usages:
             self._unpriced.labels("no_usage").inc()
+            self._none_priced.inc()
             return
         by_model: dict[str, float] = {}
-        try:
-            for usage in usages:
+        unpriced_reasons: set[str] = set()
+        for usage in usages:
+            try:
                 label, cost = self.prices.cost(usage)
-                by_model[label] = by_model.get(label, 0.0) + cost
-        except UnpricedError as exc:
-            self._unpriced.labels(exc.reason).inc()
+            except UnpricedError as exc:
+                unpriced_reasons.add(exc.reason)
+                continue
+            by_model[label] = by_model.get(label, 0.0) + cost
+        for reason in unpriced_reasons:
+            self._unpriced.labels(reason).inc()
+        if not by_model:
+            self._none_priced.inc()
             return
+        (self._partial if unpriced_reasons else self._complete).inc()
         self._book(sum(by_model.values()), by_model)
 
     def _book(self, total: float, by_model: dict[str, float]) -> None:

@@ -107,6 +107,51 @@ class AssemblyConfig(_Section):
     )
 
 
+SpanKind = Literal["LLM", "RETRIEVER", "RERANKER", "EMBEDDING", "CHAIN", "AGENT", "TOOL"]
+_RAG_SPAN_KINDS: list[SpanKind] = ["LLM", "RETRIEVER"]
+
+
+class MappingConfig(_Section):
+    """Where the span mapping finds each ``RagTrace`` field in traces it did not shape itself."""
+
+    request_kinds: list[SpanKind] = Field(
+        default_factory=lambda: list(_RAG_SPAN_KINDS),
+        description="a trace is a RAG request when it holds a span of one of these kinds "
+        "(kinds other than LLM only with a query); others count as not_rag",
+    )
+    query_pointers: list[str] = Field(
+        default_factory=lambda: ["/query", "/question", "/query_str", "/input"],
+        description="JSON pointers into the request span's JSON input.value, tried in order",
+    )
+    answer_pointers: list[str] = Field(
+        default_factory=lambda: ["/answer", "/response", "/output", "/result", "/content"],
+        description="JSON pointers into the request span's JSON output.value, tried in order",
+    )
+    doc_id_keys: list[str] = Field(
+        default_factory=lambda: ["doc_id", "document_id", "ref_doc_id", "source_id"],
+        description="document metadata keys holding the source document id; the span's "
+        "document id then becomes the chunk id",
+    )
+    tenant_metadata_key: str = Field(
+        "tenant", description="key of the caller's tenant in the request's metadata JSON"
+    )
+    tenant_resource_attribute: str = Field(
+        "rag.tenant", description="resource attribute read for the tenant when spans lack one"
+    )
+    first_token_events: list[str] = Field(
+        default_factory=lambda: ["first_token", "First Token Stream Event"],
+        description="span event names that mark the first streamed token",
+    )
+
+    @field_validator("query_pointers", "answer_pointers")
+    @classmethod
+    def _json_pointers(cls, pointers: list[str]) -> list[str]:
+        for pointer in pointers:
+            if not pointer.startswith("/"):
+                raise ValueError(f"{pointer!r} is not a JSON pointer (RFC 6901): start it with '/'")
+        return pointers
+
+
 class LatencyConfig(_Section):
     window_s: float = Field(300, gt=0, description="sliding window of the quantile gauges")
     quantiles: list[float] = Field(
@@ -284,6 +329,9 @@ class Config(_Section):
         default_factory=CollectorsConfig, description="trace sources"
     )
     assembly: AssemblyConfig = Field(default_factory=AssemblyConfig, description="span assembly")
+    mapping: MappingConfig = Field(
+        default_factory=MappingConfig, description="spans -> RagTrace: where each field is found"
+    )
     detectors: DetectorsConfig = Field(default_factory=DetectorsConfig, description="detectors")
     guardrails: GuardrailsConfig = Field(
         default_factory=GuardrailsConfig, description="alert thresholds"

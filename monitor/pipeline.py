@@ -15,22 +15,23 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from collectors.assembly import AssembledTrace, SpanAssembler, Ticket
-from collectors.openinference import build_trace
+from collectors.openinference import TraceMapper
 from collectors.otlp import Span
 from detectors.base import Detector
-from monitor.config import AssemblyConfig
+from monitor.config import AssemblyConfig, MappingConfig
 from monitor.metrics import queue_depth
 from monitor.trace import Event, Feedback, RagTrace, Source
 
 log = structlog.get_logger("rag_monitor.pipeline")
 
 RecordOutcome = Literal["ok", "invalid", "dead_lettered", "duplicate"]
+TraceOutcome = Literal["complete", "expired", "evicted", "not_rag"]
 _TICK_S = 0.05
 
 
@@ -71,9 +72,11 @@ class PipelineMetrics:
     """The sidecar's own counters, shared by the collectors and the pipeline."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter(
+        requests = Counter(
             "rag_requests_total", "RAG requests seen, by source.", ["source"], registry=registry
         )
+        # Children bound once: a labels() lookup per trace shows in the ingest profile.
+        self.requests = {source: requests.labels(source) for source in get_args(Source)}
         self.records = Counter(
             "rag_monitor_records_total",
             "Records (OTLP requests, Kafka records) by collector and outcome.",
@@ -81,13 +84,15 @@ class PipelineMetrics:
             registry=registry,
         )
         self.queue_depth = queue_depth(registry)
-        self.traces = Counter(
+        traces = Counter(
             "rag_monitor_assembled_traces_total",
             "Traces emitted by span assembly: complete (root + grace), expired (TTL), "
-            "evicted (over max_pending_traces).",
+            "evicted (over max_pending_traces); not_rag: no RAG request (index building, "
+            "embedding batches, health checks), handed to no detector.",
             ["outcome"],
             registry=registry,
         )
+        self.traces = {outcome: traces.labels(outcome) for outcome in get_args(TraceOutcome)}
         self.pending = Gauge(
             "rag_monitor_pending_traces", "Traces held by span assembly.", registry=registry
         )
@@ -136,8 +141,10 @@ class Pipeline:
         *,
         queue_size: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
+        mapping: MappingConfig | None = None,
     ) -> None:
         self.metrics = metrics
+        self._mapper = TraceMapper(mapping)
         self._detectors = list(detectors)
         self._assembler = SpanAssembler(config.grace_s, config.ttl_s, config.max_pending_traces)
         self._queue: queue.Queue[WorkItem | None] = queue.Queue(maxsize=queue_size)
@@ -215,19 +222,21 @@ class Pipeline:
 
     def _process_assembled(self, traces: list[AssembledTrace]) -> None:
         for assembled in traces:
-            self.metrics.traces.labels(assembled.outcome).inc()
             try:
-                trace = build_trace(assembled.spans, assembled.source)
+                trace = self._mapper.build(assembled.spans, assembled.source)
             except Exception:  # a mapping bug must not stop the sidecar
+                self.metrics.traces[assembled.outcome].inc()
                 log.exception("trace_build_failed", trace_id=assembled.trace_id)
                 self.metrics.detector_errors.labels("assembly").inc()
             else:
-                self._process(trace)
+                self.metrics.traces["not_rag" if trace is None else assembled.outcome].inc()
+                if trace is not None:
+                    self._process(trace)
             for ticket in assembled.tickets:
                 ticket.release()
 
     def _process(self, trace: RagTrace) -> None:
-        self.metrics.requests.labels(trace.source).inc()
+        self.metrics.requests[trace.source].inc()
         for detector in self._detectors:
             self._guarded(detector, detector.observe, trace)
 

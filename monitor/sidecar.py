@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import signal
 import threading
+from collections.abc import Sequence
 from typing import Protocol
 
 import structlog
@@ -68,7 +69,12 @@ def build_detectors(config: Config, registry: CollectorRegistry) -> list[Detecto
 class Sidecar:
     """The running service. ``start`` then ``shutdown`` (stop intake, drain, commit)."""
 
-    def __init__(self, config: Config, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        registry: CollectorRegistry | None = None,
+        extra_detectors: Sequence[Detector] = (),
+    ) -> None:
         # Heavy or optional components are imported here, not at module import,
         # so that ``rag-monitor --help`` stays fast.
         from collectors.otlp_grpc import OtlpGrpcReceiver
@@ -78,7 +84,10 @@ class Sidecar:
         self.registry = registry or CollectorRegistry()
         self.readiness = Readiness()
         self.pipeline = Pipeline(
-            config.assembly, build_detectors(config, self.registry), PipelineMetrics(self.registry)
+            config.assembly,
+            [*build_detectors(config, self.registry), *extra_detectors],
+            PipelineMetrics(self.registry),
+            mapping=config.mapping,
         )
         otlp = config.collectors.otlp
         self.http = OtlpHttpReceiver(otlp, self.pipeline) if otlp.http.enabled else None

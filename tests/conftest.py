@@ -56,14 +56,14 @@ def make_config(**sections: Any) -> Config:
         "collectors": {"otlp": {"http": {"port": 0}, "grpc": {"port": 0}}},
         "assembly": {"grace_s": 0.2},
     }
-    _merge(raw, sections)
+    merge_sections(raw, sections)
     return Config.model_validate(raw)
 
 
-def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
+def merge_sections(into: dict[str, Any], update: dict[str, Any]) -> None:
     for key, value in update.items():
         if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
+            merge_sections(into[key], value)
         else:
             into[key] = value
 
@@ -141,7 +141,7 @@ class SidecarProcess:
             "collectors": {"otlp": {"http": {"port": free_port()}, "grpc": {"port": free_port()}}},
             "assembly": {"grace_s": 0.2},
         }
-        _merge(raw, config)
+        merge_sections(raw, config)
         self.config_path = directory / f"{name}.yaml"
         self.config_path.write_text(yaml.safe_dump(raw))
         self.log_path = directory / f"{name}.log"

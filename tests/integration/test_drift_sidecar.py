@@ -24,7 +24,7 @@ SIGNAL = "query_embedding"
 
 
 def send_queries(tracer: Tracer, vectors: np.ndarray, topic: str) -> None:
-    """One CHAIN root with an EMBEDDING child carrying the query vector, per row."""
+    """One CHAIN root with an EMBEDDING child carrying the query vector and a RETRIEVER, per row."""
     for i, vector in enumerate(vectors):
         now = time.time_ns()
         root = tracer.start_span(
@@ -42,6 +42,13 @@ def send_queries(tracer: Tracer, vectors: np.ndarray, topic: str) -> None:
             },
         )
         child.end(end_time=now + 5_000_000)
+        # A retriever under a root with a query makes the trace a RAG request.
+        tracer.start_span(
+            "retrieve",
+            context=set_span_in_context(root),
+            start_time=now + 5_000_000,
+            attributes={"openinference.span.kind": "RETRIEVER"},
+        ).end(end_time=now + 9_000_000)
         root.end(end_time=now + 10_000_000)
 
 

@@ -102,11 +102,13 @@ def test_explain_lists_every_leaf_key_with_a_description() -> None:
     lines = list(explain())
     assert any(line.startswith("collectors.kafka.dead_letter_topic:") for line in lines)
     assert any(line.startswith("guardrails.for:") for line in lines)
+    assert any(line.startswith("mapping.query_pointers:") for line in lines)
     assert not [line for line in lines if line.endswith("# None")]
     assert Config.model_fields.keys() == {
         "service",
         "collectors",
         "assembly",
+        "mapping",
         "detectors",
         "guardrails",
     }

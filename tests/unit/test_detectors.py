@@ -152,17 +152,34 @@ def test_overrides_price_private_models_including_embedding_and_rerank() -> None
 
 
 def test_unknown_model_is_counted_unpriced_never_zero() -> None:
-    """A model with no override and no table entry is counted unpriced; nothing is observed."""
+    """A request whose only model has no override and no table entry is counted unpriced,
+    not observed as $0."""
     registry = CollectorRegistry()
     detector = CostDetector(CostConfig(), registry)
-    detector.observe(
-        trace(usage=(Usage("gpt-4o", "openai", 10, 10), Usage("my-secret-llm", None, 10, 10)))
-    )
+    detector.observe(trace(usage=(Usage("my-secret-llm", None, 10, 10),)))
     detector.observe(trace())
     assert sample(registry, "rag_cost_unpriced_requests_total", reason="unknown_model") == 1
     assert sample(registry, "rag_cost_unpriced_requests_total", reason="no_usage") == 1
+    assert sample(registry, "rag_cost_requests_total", pricing="unpriced") == 2
     assert sample(registry, "rag_request_cost_usd_count") == 0
-    assert sample(registry, "rag_cost_usd_total", model="gpt-4o") == 0
+
+
+def test_one_unpriced_entry_leaves_the_priced_ones_counted_as_partial() -> None:
+    """Priced entries always count; an unpriced one marks the request's cost partial."""
+    registry = CollectorRegistry()
+    detector = CostDetector(CostConfig(), registry)
+    detector.observe(trace(usage=(
+        Usage("gpt-4o", "openai", 1_000_000, 0), Usage("rerank-english-v3.0", "cohere", rerank_units=1),
+        Usage("my-secret-llm", None, 10, 10),
+    )))  # fmt: skip
+    detector.observe(trace(usage=(Usage("gpt-4o", "openai", 1_000_000, 0),)))
+    gpt_4o = detector.prices.cost(Usage("gpt-4o", "openai", 1_000_000, 0))[1]
+    assert sample(registry, "rag_request_cost_usd_count") == 2
+    assert sample(registry, "rag_request_cost_usd_sum") == pytest.approx(2 * gpt_4o)
+    assert sample(registry, "rag_cost_usd_total", model="gpt-4o") == pytest.approx(2 * gpt_4o)
+    assert sample(registry, "rag_cost_unpriced_requests_total", reason="unknown_model") == 1
+    assert sample(registry, "rag_cost_requests_total", pricing="partial") == 1
+    assert sample(registry, "rag_cost_requests_total", pricing="complete") == 1
 
 
 def test_producer_cost_wins_and_unknown_models_are_labelled_other() -> None:

@@ -5,10 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from collectors.openinference import build_trace
+import pytest
+from pydantic import ValidationError
+
+from collectors.openinference import TraceMapper
 from collectors.otlp import Span, SpanEvent
+from monitor.config import MappingConfig
+from monitor.trace import RagTrace
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
+build_trace = TraceMapper().build
 MS = 1_000_000
 
 
@@ -127,7 +133,8 @@ def test_request_span_is_the_chain_under_a_foreign_root() -> None:
     http_root = span("f1", None, None, 1000, 3000)
     chain = span("a1", "f1", "CHAIN", 1100, 2100, **{"input.value": "q", "output.value": "a"})
     inner_chain = span("a2", "a1", "CHAIN", 1200, 1300, **{"input.value": "sub"})
-    trace = build_trace([inner_chain, http_root, chain], "otlp")
+    llm = span("a3", "a2", "LLM", 1210, 1290)
+    trace = build_trace([inner_chain, http_root, chain, llm], "otlp")
     assert trace.query == "q"
     assert trace.stages["total"] == 1.0
 
@@ -154,8 +161,223 @@ def test_wrong_attribute_types_are_ignored_not_trusted() -> None:
     assert trace.query is None
     assert trace.tenant is None
     assert trace.metadata == {}
-    assert trace.usage[0].prompt_tokens == 0
+    assert trace.usage == ()  # no usable token count
     assert trace.cost_usd is None
     assert trace.retrieved == ("7",)
     assert trace.contexts[0].metadata == {}
     assert trace.relevance_excluded == ("d1", "d2")  # a JSON-encoded list attribute
+
+
+# --- shapes of real instrumentations (tests/conformance drives the frameworks themselves) ---
+
+
+def _with(s: Span, **fields: Any) -> Span:
+    return Span(**{**_fields(s), **fields})
+
+
+def test_documents_without_ids_take_them_from_the_retriever_json_output() -> None:
+    """LangChain: ids only in output.value; doc_id from metadata, the span's id is the chunk."""
+    langchain_documents = {"documents": [
+        {"id": "doc-7#2", "page_content": "blue sky", "metadata": {"doc_id": "doc-7", "tenant": "acme"}},
+        {"id": "doc-3#0", "page_content": "red sunset", "metadata": {"doc_id": "doc-3", "tenant": "acme"}},
+    ]}  # fmt: skip
+    root = span(
+        "a1", None, "CHAIN", 0 + 1, 100, **{"input.value": "why?", "output.value": "because"}
+    )
+    retriever = span("b1", "a1", "RETRIEVER", 2, 10, **{
+        "retrieval.documents.0.document.content": "blue sky",
+        "retrieval.documents.0.document.metadata": json.dumps({"doc_id": "doc-7", "tenant": "acme"}),
+        "retrieval.documents.1.document.content": "red sunset",
+        "retrieval.documents.1.document.metadata": json.dumps({"doc_id": "doc-3", "tenant": "acme"}),
+        "output.value": json.dumps(langchain_documents), "output.mime_type": "application/json",
+    })  # fmt: skip
+    llm = span("c1", "a1", "LLM", 10, 90)
+    trace = build_trace([root, retriever, llm], "otlp")
+    assert trace is not None
+    assert trace.retrieved == ("doc-7", "doc-3")
+    assert [(c.doc_id, c.chunk_id, c.text, c.tenant) for c in trace.contexts] == [
+        ("doc-7", "doc-7#2", "blue sky", "acme"),
+        ("doc-3", "doc-3#0", "red sunset", "acme"),
+    ]
+
+
+def test_reranked_documents_inherit_the_retriever_metadata() -> None:
+    """Haystack: reranker output has id, content and score only; tenant comes from the retriever."""
+    root = span("a1", None, "CHAIN", 1, 100, **{"input.value": "q", "output.value": "a"})
+    retriever = span("b1", "a1", "RETRIEVER", 2, 10, **{
+        "retrieval.documents.0.document.id": "c1", "retrieval.documents.0.document.content": "one",
+        "retrieval.documents.0.document.metadata": json.dumps({"doc_id": "d1", "tenant": "acme"}),
+        "retrieval.documents.1.document.id": "c2", "retrieval.documents.1.document.content": "two",
+        "retrieval.documents.1.document.metadata": json.dumps({"doc_id": "d2", "tenant": "globex"}),
+    })  # fmt: skip
+    reranker = span("b2", "a1", "RERANKER", 10, 20, **{
+        "reranker.output_documents.0.document.id": "c2", "reranker.output_documents.0.document.score": 0.9,
+    })  # fmt: skip
+    trace = build_trace([root, retriever, reranker, span("c1", "a1", "LLM", 20, 90)], "otlp")
+    assert trace is not None
+    assert [(c.doc_id, c.chunk_id, c.text, c.tenant, c.score) for c in trace.contexts] == [
+        ("d2", "c2", "two", "globex", 0.9)
+    ]
+
+
+def test_json_request_input_is_never_the_query() -> None:
+    """Haystack: the pipeline's JSON input is not the query; the retriever's input is."""
+    pipeline_input = {"data": {"retriever": {"query": "refunds?"}}}
+    root = span("a1", None, "CHAIN", 1, 100, **{
+        "input.value": json.dumps(pipeline_input), "input.mime_type": "application/json",
+        "output.value": json.dumps({"llm": {"replies": ["ChatMessage(...)"]}}),
+        "output.mime_type": "application/json",
+    })  # fmt: skip
+    retriever = span("b1", "a1", "RETRIEVER", 2, 10, **{
+        "input.value": json.dumps({"query": "refunds?", "top_k": None}), "input.mime_type": "application/json",
+    })  # fmt: skip
+    llm = span("c1", "a1", "LLM", 10, 90, **{
+        "llm.input_messages.0.message.role": "user",
+        "llm.input_messages.0.message.content": "Context: ... Question: refunds?",
+        "llm.output_messages.0.message.content": "Five days.",
+    })  # fmt: skip
+    trace = build_trace([root, retriever, llm], "otlp")
+    assert trace is not None
+    assert (trace.query, trace.answer) == ("refunds?", "Five days.")
+
+
+def test_gen_ai_messages_give_query_and_answer_never_the_system_prompt() -> None:
+    """OTel GenAI: the last user message is the query, the assistant's text parts the answer."""
+    root = span("a1", None, None, 1, 100, **{"rag.tenant": "acme"})
+    chat = span("c1", "a1", None, 10, 90, **{
+        "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini",
+        "gen_ai.input.messages": json.dumps([
+            {"role": "system", "parts": [{"type": "text", "content": "Context: ..."}]},
+            {"role": "user", "parts": [{"type": "text", "content": "How long?"}]},
+        ]),
+        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [
+            {"type": "text", "content": "Five "}, {"type": "text", "content": "days."}]}]),
+    })  # fmt: skip
+    trace = build_trace([root, chat], "otlp")
+    assert trace is not None
+    assert (trace.query, trace.answer, trace.tenant) == ("How long?", "Five days.", "acme")
+
+
+def test_a_generator_repr_is_never_an_answer() -> None:
+    """LlamaIndex streaming: the root output is a generator repr; the LLM span has the text."""
+    root = span("a1", None, "CHAIN", 1, 100, **{
+        "input.value": "q", "output.value": json.dumps({"response_gen": "<generator object>"}),
+        "output.mime_type": "application/json",
+    })  # fmt: skip
+    outer = span("c1", "a1", "LLM", 10, 60)
+    inner = span("c2", "c1", "LLM", 20, 50, **{"output.value": "streamed text"})
+    trace = build_trace([root, outer, inner], "otlp")
+    assert trace is not None
+    assert trace.answer == "streamed text"
+
+
+def test_nested_and_sequential_spans_of_a_stage_count_as_wall_clock() -> None:
+    """Nested LLM spans count once, sequential ones add up, and generate never exceeds total."""
+    root = span("a1", None, "CHAIN", 1000, 1100)
+    predict = span("c1", "a1", "LLM", 1010, 1060)
+    complete = span("c2", "c1", "LLM", 1020, 1059)
+    second = span("c3", "a1", "LLM", 1070, 1200)  # ends after the request span
+    trace = build_trace([root, predict, complete, second], "otlp")
+    assert trace is not None
+    assert trace.stages["generate"] == pytest.approx(0.050 + 0.030)
+    assert trace.stages["generate"] <= trace.stages["total"]
+
+
+@pytest.mark.parametrize(
+    ("outer_tokens", "expected"),
+    [
+        ({}, [(71, 19)]),
+        ({"llm.token_count.prompt": 71, "llm.token_count.completion": 19}, [(71, 19)]),
+        ({"llm.token_count.prompt": 5, "llm.token_count.completion": 1}, [(5, 1), (71, 19)]),
+    ],
+    ids=["wrapper-without-counts", "wrapper-repeating-the-call", "wrapper-with-its-own-call"],
+)
+def test_nested_llm_spans_reporting_one_call_are_counted_once(
+    outer_tokens: dict[str, int], expected: list[tuple[int, int]]
+) -> None:
+    """A wrapper whose counts equal its nested calls' sum reports those calls again."""
+    root = span("a1", None, "CHAIN", 1, 100, **{"input.value": "q"})
+    predict = span("c1", "a1", "LLM", 10, 60, **outer_tokens, **{"llm.model_name": "gpt-4o-mini"})
+    chain = span("c2", "c1", "CHAIN", 12, 58)
+    complete = span("c3", "c2", "LLM", 20, 50, **{
+        "llm.model_name": "gpt-4o-mini", "llm.token_count.prompt": 71, "llm.token_count.completion": 19,
+    })  # fmt: skip
+    trace = build_trace([root, predict, chain, complete], "otlp")
+    assert trace is not None
+    assert [(u.prompt_tokens, u.completion_tokens) for u in trace.usage] == expected
+
+
+def test_traces_without_generation_or_queried_retrieval_are_not_rag_requests() -> None:
+    """Index building and embedding batches map to None, a retriever with a query does not."""
+    splitter = span("a1", None, "CHAIN", 1, 100, **{"input.value": json.dumps({"nodes": []}),
+                                                  "input.mime_type": "application/json"})  # fmt: skip
+    batch = span("b1", None, "EMBEDDING", 1, 100, **{"embedding.model_name": "e"})
+    search_root = span("c1", None, "CHAIN", 1, 100, **{"input.value": "find invoices"})
+    search = span("c2", "c1", "RETRIEVER", 2, 50)
+    assert build_trace([splitter], "otlp") is None
+    assert build_trace([batch], "otlp") is None
+    assert build_trace([search_root, search], "otlp") is not None
+    anything = TraceMapper(MappingConfig(request_kinds=["CHAIN", "EMBEDDING"]))
+    assert anything.build([batch], "otlp") is None  # no query
+    assert anything.build([search_root], "otlp") is not None
+
+
+def test_tenant_from_rag_tenant_then_metadata_then_resource() -> None:
+    """rag.tenant wins; else the metadata JSON key; else the resource attribute."""
+    llm = span("c1", "a1", "LLM", 10, 90)
+    root = span("a1", None, "CHAIN", 1, 100, metadata=json.dumps({"tenant": "meta"}))
+    assert _built([root, llm]).tenant == "meta"
+    tagged = span(
+        "a1", None, "CHAIN", 1, 100, **{"rag.tenant": "attr", "metadata": '{"tenant": "meta"}'}
+    )
+    assert _built([tagged, llm]).tenant == "attr"
+    bare = _with(span("a1", None, "CHAIN", 1, 100), resource={"rag.tenant": "res"})
+    assert _built([bare, llm]).tenant == "res"
+    custom = TraceMapper(MappingConfig(tenant_metadata_key="org"))
+    org_root = span("a1", None, "CHAIN", 1, 100, metadata=json.dumps({"org": "o1"}))
+    assert (trace := custom.build([org_root, llm], "otlp")) is not None
+    assert trace.tenant == "o1"
+
+
+def test_first_token_event_names_are_configurable() -> None:
+    """LlamaIndex's 'First Token Stream Event' counts by default; other names by config."""
+    root = span("a1", None, "CHAIN", 1000, 2000)
+    llm = span("c1", "a1", "LLM", 1100, 1900)
+    llama = _with(llm, events=(SpanEvent("First Token Stream Event", 1150 * MS, {}),))
+    assert _built([root, llama]).stages["ttft"] == pytest.approx(0.05)
+    custom = _with(llm, events=(SpanEvent("token.first", 1300 * MS, {}),))
+    assert "ttft" not in _built([root, custom]).stages
+    mapper = TraceMapper(MappingConfig(first_token_events=["token.first"]))
+    assert (trace := mapper.build([root, custom], "otlp")) is not None
+    assert trace.stages["ttft"] == pytest.approx(0.2)
+
+
+def test_custom_json_pointers_and_document_id_keys() -> None:
+    """A team's own span shapes: pointers into the request JSON, its own source-id key."""
+    mapper = TraceMapper(MappingConfig(
+        query_pointers=["/request/text"], answer_pointers=["/reply/0"], doc_id_keys=["source"],
+    ))  # fmt: skip
+    root = span("a1", None, "CHAIN", 1, 100, **{
+        "input.value": json.dumps({"request": {"text": "q?"}}), "input.mime_type": "application/json",
+        "output.value": json.dumps({"reply": ["a."]}), "output.mime_type": "application/json",
+    })  # fmt: skip
+    retriever = span("b1", "a1", "RETRIEVER", 2, 10, **{
+        "retrieval.documents.0.document.id": "c9",
+        "retrieval.documents.0.document.metadata": json.dumps({"source": "manual.pdf"}),
+    })  # fmt: skip
+    trace = mapper.build([root, retriever, span("c1", "a1", "LLM", 10, 90)], "otlp")
+    assert trace is not None
+    assert (trace.query, trace.answer, trace.retrieved) == ("q?", "a.", ("manual.pdf",))
+    assert trace.contexts[0].chunk_id == "c9"
+
+
+def test_a_json_pointer_must_start_with_a_slash() -> None:
+    """mapping.query_pointers is validated at start-up with an RFC 6901 hint."""
+    with pytest.raises(ValidationError, match="JSON pointer"):
+        MappingConfig(query_pointers=["query"])
+
+
+def _built(spans: list[Span]) -> RagTrace:
+    trace = build_trace(spans, "otlp")
+    assert trace is not None
+    return trace

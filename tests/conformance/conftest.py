@@ -1,0 +1,113 @@
+"""Conformance harness: a running sidecar fed by real instrumentations over OTLP/HTTP.
+
+Each test builds a real pipeline of a framework (fake models, no network but
+loopback), instruments it with the framework's official instrumentation, and
+exports through the real OTLP/HTTP exporter into an in-process sidecar. The
+sidecar's ``RagTrace`` values are recorded by an extra inline detector, so a
+test can assert field by field what the sidecar made of each request.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from prometheus_client import CollectorRegistry
+
+from detectors.base import InlineDetector
+from monitor.sidecar import Sidecar
+from monitor.trace import RagTrace
+from tests.conformance.fake_openai import FakeOpenAI
+from tests.conftest import make_config, merge_sections, sample, wait_until
+
+# Frameworks phone home (telemetry, tokenizer downloads) unless told not to.
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+os.environ.setdefault("OPENAI_API_KEY", "sk-conformance-test")
+
+
+class RecordingDetector(InlineDetector):
+    """Keeps every ``RagTrace`` the pipeline hands to the detectors."""
+
+    name: ClassVar[str] = "recording"
+
+    def __init__(self) -> None:
+        self.traces: list[RagTrace] = []
+        self._lock = threading.Lock()
+
+    def observe(self, trace: RagTrace) -> None:
+        with self._lock:
+            self.traces.append(trace)
+
+
+@dataclass
+class Conformance:
+    """A running sidecar, the tracer provider exporting to it, and what it recorded."""
+
+    sidecar: Sidecar
+    recorder: RecordingDetector
+    provider: TracerProvider
+    providers: list[TracerProvider] = field(default_factory=list)
+
+    def flush(self) -> None:
+        self.provider.force_flush()
+
+    def traces(self, count: int, timeout: float = 30.0) -> list[RagTrace]:
+        """Flush the exporter, then wait until the sidecar emitted ``count`` RAG requests."""
+        self.flush()
+        wait_until(lambda: len(self.recorder.traces) >= count, timeout=timeout)
+        return sorted(self.recorder.traces, key=lambda trace: trace.time)
+
+    def metric(self, name: str, **labels: str) -> float:
+        return sample(self.sidecar.registry, name, **labels)
+
+
+@pytest.fixture
+def conformance(request: pytest.FixtureRequest) -> Iterator[Conformance]:
+    """A sidecar with a recording detector and a ``TracerProvider`` exporting to it.
+
+    Config sections given by indirect parametrization are merged into the defaults.
+    """
+    recorder = RecordingDetector()
+    sections: dict[str, Any] = {
+        "assembly": {"grace_s": 0.3},
+        "collectors": {"otlp": {"grpc": {"enabled": False}}},
+        "detectors": {"faithfulness": {"enabled": False}, "drift": {"enabled": False}},
+    }
+    merge_sections(sections, getattr(request, "param", {}))
+    config = make_config(**sections)
+    sidecar = Sidecar(config, CollectorRegistry(), extra_detectors=[recorder])
+    sidecar.start()
+    assert sidecar.http is not None
+    exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{sidecar.http.port}/v1/traces")
+    provider = TracerProvider(resource=Resource.create({"service.name": "rag-app"}))
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=100))
+    try:
+        yield Conformance(sidecar, recorder, provider)
+    finally:
+        provider.shutdown()
+        sidecar.shutdown()
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAI]:
+    """The fake OpenAI-compatible endpoint on a loopback port."""
+    server = FakeOpenAI().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def instrumented(instrumentor: Any, provider: TracerProvider) -> Callable[[], None]:
+    """Instrument with ``instrumentor`` on ``provider``; returns the undo."""
+    instrumentor.instrument(tracer_provider=provider)
+    return instrumentor.uninstrument
