@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from alerts.rules import RuleNames, RuleOptions
+from alerts.rules import RuleNames
 from monitor.config import Config
 
 UID = "rag-monitor"
@@ -64,10 +64,10 @@ def _increase(metric: str, by: str) -> str:
     return f"sum by ({by}) (increase({metric}{{{JOB}}}[{RATE}]))"
 
 
-def dashboard_rows(config: Config, options: RuleOptions | None = None) -> list[Row]:
+def dashboard_rows(config: Config) -> list[Row]:
     """The panels of the dashboard, row by row."""
     guardrails = config.guardrails
-    names = RuleNames(options or RuleOptions())
+    names = RuleNames(guardrails)
     slo_lines = [
         (f"vector({seconds})", f"SLO {stage}")
         for stage, seconds in sorted(guardrails.latency_p95_slo_s.items())
@@ -346,12 +346,12 @@ def dashboard_rows(config: Config, options: RuleOptions | None = None) -> list[R
     ]
 
 
-def build_dashboard(config: Config, options: RuleOptions | None = None) -> dict[str, Any]:
+def build_dashboard(config: Config) -> dict[str, Any]:
     """The Grafana dashboard JSON model."""
     datasource = {"type": "prometheus", "uid": "${datasource}"}
     panels: list[dict[str, Any]] = []
     y = 0
-    for row in dashboard_rows(config, options):
+    for row in dashboard_rows(config):
         panels.append(
             {
                 "type": "row",
@@ -436,9 +436,9 @@ def _panel(
     }
 
 
-def render_dashboard(config: Config, options: RuleOptions | None = None) -> str:
+def render_dashboard(config: Config) -> str:
     """``build_dashboard`` as indented JSON with a trailing newline."""
-    return json.dumps(build_dashboard(config, options), indent=2) + "\n"
+    return json.dumps(build_dashboard(config), indent=2) + "\n"
 
 
 def panel_queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:

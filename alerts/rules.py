@@ -5,11 +5,11 @@
 
 Two groups: ``rag-monitor.recording`` turns the sidecar's counters and
 histograms into per-job ratios and quantiles, ``rag-monitor.alerts`` compares
-them with the guardrails. Every ratio alert also demands ``min_events`` events
-of its denominator inside the window: an empty or thin window must stay silent
-instead of firing on 0/0 or on one unlucky answer. The sampled signals
+them with the guardrails. Every ratio alert also demands ``guardrails.min_events``
+events of its denominator inside the window: an empty or thin window must stay
+silent instead of firing on 0/0 or on one unlucky answer. The sampled signals
 (faithfulness, filter false exclusions on golden probes) see few events per
-minute, so they use the longer ``sample_window``.
+minute, so they use the longer ``guardrails.sample_window``.
 
 Alerts carry ``severity`` (``page``: a person acts now; ``ticket``: work for the
 next business day) and the annotations ``summary``, ``description`` and
@@ -19,63 +19,30 @@ next business day) and the annotations ``summary``, ``description`` and
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import yaml
 
-from monitor.config import Config
+from monitor.config import Config, GuardrailsConfig
 
 Severity = Literal["page", "ticket"]
 
-_DURATION = re.compile(r"^[0-9]+(ms|s|m|h|d|w|y)$")
 
-
-@dataclass(frozen=True)
-class RuleOptions:
-    """How the rules read the metrics; the thresholds come from the configuration."""
-
-    window: str = "5m"
-    """rate window of latency, cost, regeneration, entitlement and monitor-health rules"""
-    sample_window: str = "1h"
-    """rate window of the sampled ratios (faithfulness, filter false exclusions)"""
-    baseline: str = "7d"
-    """history of the regeneration control band"""
-    min_events: int = 20
-    """denominator events a window needs before a ratio alert may fire"""
-    job: str = "rag-monitor"
-    """the Prometheus job scraping the sidecar (RagMonitorDown)"""
-    runbook_base: str = "README.md"
-    """document or URL the runbook anchors point into"""
-
-    def __post_init__(self) -> None:
-        for name in ("window", "sample_window", "baseline"):
-            value = getattr(self, name)
-            if not _DURATION.match(value):
-                raise ValueError(f"{name} must be a Prometheus duration such as 5m (got {value!r})")
-        if self.min_events < 1:
-            raise ValueError(f"min_events must be at least 1 (got {self.min_events})")
-
-
-def build_rules(config: Config, options: RuleOptions | None = None) -> dict[str, Any]:
-    """The rule-file document for ``config``'s guardrails, read with ``options``."""
-    settings = options or RuleOptions()
-    names = RuleNames(settings)
+def build_rules(config: Config) -> dict[str, Any]:
+    """The rule-file document for ``config``'s guardrails (thresholds, windows, job)."""
+    names = RuleNames(config.guardrails)
     return {
         "groups": [
-            {"name": "rag-monitor.recording", "rules": _recording_rules(names, settings)},
-            {"name": "rag-monitor.alerts", "rules": _Alerts(config, names, settings).rules()},
+            {"name": "rag-monitor.recording", "rules": _recording_rules(names, config.guardrails)},
+            {"name": "rag-monitor.alerts", "rules": _Alerts(config.guardrails, names).rules()},
         ]
     }
 
 
-def render_rules(
-    config: Config, options: RuleOptions | None = None, *, kubernetes: bool = False
-) -> str:
-    """``build_rules(config, options)`` as a Prometheus rule file (YAML), or with
+def render_rules(config: Config, *, kubernetes: bool = False) -> str:
+    """``build_rules(config)`` as a Prometheus rule file (YAML), or with
     ``kubernetes`` as a Prometheus Operator ``PrometheusRule`` object."""
-    document = build_rules(config, options)
+    document = build_rules(config)
     command = "rag-monitor rules --kubernetes" if kubernetes else "rag-monitor rules"
     if kubernetes:
         document = {
@@ -100,8 +67,9 @@ def render_rules(
 class RuleNames:
     """Recording-rule names, ``level:metric:operations`` with the window in the operation."""
 
-    def __init__(self, options: RuleOptions) -> None:
-        window, sample_window, baseline = options.window, options.sample_window, options.baseline
+    def __init__(self, guardrails: GuardrailsConfig) -> None:
+        window, sample_window = guardrails.window, guardrails.sample_window
+        baseline = guardrails.baseline
         self.stage_p95 = f"rag:stage_latency_seconds:p95_{window}"
         self.false_exclusion_ratio = f"rag:filter_false_exclusions:ratio_rate{sample_window}"
         self.faithfulness_pass_ratio = f"rag:faithfulness_pass:ratio_rate{sample_window}"
@@ -125,8 +93,8 @@ def _ratio(numerator: str, denominator: str) -> str:
     return f"{numerator}\n/\n({denominator} > 0)"
 
 
-def _recording_rules(names: RuleNames, options: RuleOptions) -> list[dict[str, str]]:
-    window, sample_window = options.window, options.sample_window
+def _recording_rules(names: RuleNames, guardrails: GuardrailsConfig) -> list[dict[str, str]]:
+    window, sample_window = guardrails.window, guardrails.sample_window
     requests = "rag_requests_total"
     regenerations = _sum_rate('rag_feedback_events_total{kind="regenerate"}', window)
     return [
@@ -159,15 +127,15 @@ def _recording_rules(names: RuleNames, options: RuleOptions) -> list[dict[str, s
             "record": names.regeneration_ratio,
             "expr": f"(\n  {regenerations}\n  or {_sum_rate(requests, window)} * 0\n)\n/\n"
             f"({_sum_rate(requests, window)} > 0)\n"
-            f"and on (job)\n{_sum_increase(requests, window)} >= {options.min_events}",
+            f"and on (job)\n{_sum_increase(requests, window)} >= {guardrails.min_events}",
         },
         {
             "record": names.regeneration_mean,
-            "expr": f"avg_over_time({names.regeneration_ratio}[{options.baseline}])",
+            "expr": f"avg_over_time({names.regeneration_ratio}[{guardrails.baseline}])",
         },
         {
             "record": names.regeneration_stddev,
-            "expr": f"stddev_over_time({names.regeneration_ratio}[{options.baseline}])",
+            "expr": f"stddev_over_time({names.regeneration_ratio}[{guardrails.baseline}])",
         },
         {
             "record": names.cost_per_query,
@@ -186,15 +154,15 @@ def _percent(ratio: float) -> str:
 class _Alerts:
     """The alerting rules; one method per alert, in the order of DESIGN.md."""
 
-    def __init__(self, config: Config, names: RuleNames, options: RuleOptions) -> None:
-        self.guardrails = config.guardrails
+    def __init__(self, guardrails: GuardrailsConfig, names: RuleNames) -> None:
+        self.guardrails = guardrails
         self.names = names
-        self.window = options.window
-        self.sample_window = options.sample_window
-        self.baseline = options.baseline
-        self.min_events = options.min_events
-        self.job = options.job
-        self.runbook_base = options.runbook_base
+        self.window = guardrails.window
+        self.sample_window = guardrails.sample_window
+        self.baseline = guardrails.baseline
+        self.min_events = guardrails.min_events
+        self.job = guardrails.job
+        self.runbook_base = guardrails.runbook_base
 
     def rules(self) -> list[dict[str, Any]]:
         return [

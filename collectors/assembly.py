@@ -7,43 +7,29 @@ span arrived (``complete``), ``ttl_s`` after its first span without a root
 (``evicted``, the oldest first). Spans arriving for a trace already emitted
 are counted as late and dropped, so a straggler cannot make a second request.
 
-Single-threaded by design: only the pipeline thread calls it.
+Single-threaded by design: only the pipeline thread calls it. ``SpanAssembly``
+is what the core pipeline is given: the assembler plus the OpenInference
+mapping, handing over finished ``RagTrace`` values.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+import structlog
+
+from collectors.openinference import TraceMapper
 from collectors.otlp import Span
+from monitor.config import AssemblyConfig, MappingConfig
+from monitor.pipeline import EmittedTrace, Ticket
 from monitor.trace import Source
 
+log = structlog.get_logger("rag_monitor.assembly")
+
 Outcome = Literal["complete", "expired", "evicted"]
-
-
-class Ticket:
-    """Follows one source record until every trace it fed has been processed.
-
-    It starts with one hold for the submission itself; each pending trace the
-    record adds spans to takes another. ``on_done`` runs when the last is
-    released: for Kafka that is when the record's offset may be committed.
-    """
-
-    __slots__ = ("_holds", "_on_done")
-
-    def __init__(self, on_done: Callable[[], None] | None = None) -> None:
-        self._holds = 1
-        self._on_done = on_done
-
-    def hold(self) -> None:
-        self._holds += 1
-
-    def release(self) -> None:
-        self._holds -= 1
-        if self._holds == 0 and self._on_done is not None:
-            self._on_done()
 
 
 @dataclass(slots=True)
@@ -147,3 +133,44 @@ class SpanAssembler:
         self._emitted[trace_id] = None
         if len(self._emitted) > self._remember_emitted:
             self._emitted.popitem(last=False)
+
+
+class SpanAssembly:
+    """The core's ``TraceAssembly`` for spans: assemble, then map each trace to a ``RagTrace``."""
+
+    def __init__(self, assembly: AssemblyConfig, mapping: MappingConfig) -> None:
+        self._assembler = SpanAssembler(
+            assembly.grace_s, assembly.ttl_s, assembly.max_pending_traces
+        )
+        self._mapper = TraceMapper(mapping)
+
+    @property
+    def pending(self) -> int:
+        return self._assembler.pending
+
+    def add(
+        self, spans: Iterable[Span], source: Source, now: float, ticket: Ticket | None
+    ) -> tuple[list[EmittedTrace], int]:
+        evicted, late = self._assembler.add(spans, source, now, ticket)
+        return self._mapped(evicted), late
+
+    def claim(self, trace_id: str) -> bool:
+        return self._assembler.claim(trace_id)
+
+    def due(self, now: float) -> list[EmittedTrace]:
+        return self._mapped(self._assembler.due(now))
+
+    def drain(self) -> list[EmittedTrace]:
+        return self._mapped(self._assembler.drain())
+
+    def _mapped(self, traces: list[AssembledTrace]) -> list[EmittedTrace]:
+        emitted = []
+        for assembled in traces:
+            try:
+                trace = self._mapper.build(assembled.spans, assembled.source)
+            except Exception:  # a mapping bug must not stop the sidecar
+                log.exception("trace_build_failed", trace_id=assembled.trace_id)
+                emitted.append(EmittedTrace(None, assembled.outcome, assembled.tickets, True))
+            else:
+                emitted.append(EmittedTrace(trace, assembled.outcome, assembled.tickets))
+        return emitted

@@ -25,22 +25,26 @@ from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from collectors.assembly import Ticket
 from collectors.otlp import PayloadError, decode_otlp_json, decode_otlp_proto
 from collectors.records import InvalidRecord, parse_feedback, parse_labels, parse_rag_trace
-from monitor.config import KafkaConfig, PayloadFormat
-from monitor.pipeline import Events, Pipeline, SpanBatch, WholeTrace, WorkItem
+from monitor.kafka_config import KafkaConfig, PayloadFormat
+from monitor.pipeline import Events, Pipeline, SpanBatch, Ticket, WholeTrace, WorkItem
+from monitor.worker import Worker
 
 log = structlog.get_logger("rag_monitor.kafka")
 
 _POLL_TIMEOUT_MS = 200
-_MAX_POLL_RECORDS = 500
 _COMMIT_INTERVAL_S = 1.0
 _MAX_BACKOFF_S = 30.0
-# kafka-python waits 30 s by default for a broker that is down, and the stop
-# flag is only seen between attempts: SIGTERM would wait that long (about a
-# Kubernetes grace period). ``security`` may set it higher for slow handshakes.
-_BOOTSTRAP_TIMEOUT_MS = 5000
+# A dead-letter write may wait 30 s for its broker: a stall is longer than that,
+# and stop waits for it (the consumer is not safe to close under a running poll).
+_STALL_S = 60.0
+_STOP_TIMEOUT_S = 60.0
+# Under ``collectors.kafka.consumer``. kafka-python waits 30 s by default for a
+# broker that is down, and the stop flag is only seen between attempts: SIGTERM
+# would wait that long (about a Kubernetes grace period). ``consumer`` may set
+# it higher for slow handshakes.
+_CONSUMER_DEFAULTS = {"max_poll_records": 500, "bootstrap_timeout_ms": 5000}
 _NETWORK_CLIENT = KafkaConsumer.DEFAULT_CONFIG["kafka_client"]
 
 REASON_HEADER = "rag-monitor-reason"
@@ -49,11 +53,22 @@ SOURCE_PARTITION_HEADER = "rag-monitor-source-partition"
 SOURCE_OFFSET_HEADER = "rag-monitor-source-offset"
 
 
-def check_security_settings(config: KafkaConfig) -> None:
-    """Refuse, at start-up, a ``security`` key kafka-python would not understand."""
-    unknown = sorted(set(config.security) - set(KafkaConsumer.DEFAULT_CONFIG))
-    if unknown:
-        raise ValueError(f"collectors.kafka.security: unknown kafka-python settings {unknown}")
+def consumer_settings(config: KafkaConfig) -> dict[str, Any]:
+    """The consumer's kafka-python settings: ours, then ``consumer`` and ``security``."""
+    return {
+        "bootstrap_servers": config.bootstrap_servers,
+        "group_id": config.group_id,
+        "enable_auto_commit": False,  # offsets are committed after processing
+        "auto_offset_reset": "earliest",
+        **_CONSUMER_DEFAULTS,
+        **config.consumer,
+        **config.security,
+    }
+
+
+def producer_settings(config: KafkaConfig) -> dict[str, Any]:
+    """The dead-letter producer's kafka-python settings: no consumer tuning, only ``security``."""
+    return {"bootstrap_servers": config.bootstrap_servers, "acks": "all", **config.security}
 
 
 def decode_trace_record(value: bytes, payload_format: PayloadFormat) -> tuple[WorkItem, int]:
@@ -151,7 +166,6 @@ class KafkaCollector:
     ) -> None:
         if config.bootstrap_servers is None:
             raise ValueError("collectors.kafka.bootstrap_servers is not set")
-        check_security_settings(config)
         self._config = config
         self._pipeline = pipeline
         self._consumer_factory = consumer_factory
@@ -159,8 +173,15 @@ class KafkaCollector:
         self._consumer: KafkaConsumer | None = None
         self._producer: KafkaProducer | None = None
         self._offsets = _OffsetTracker()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._backoff = 1.0
+        self._worker: Worker[None] = Worker(
+            "kafka",
+            step=self._step,
+            tick_s=_POLL_TIMEOUT_MS / 1000,
+            stop_timeout_s=_STOP_TIMEOUT_S,
+            stall_after_s=_STALL_S,
+            registry=pipeline.metrics.registry,
+        )
         self._joined = False
         self._last_commit = time.monotonic()
         self._lag_topics: set[str] = set()
@@ -170,15 +191,11 @@ class KafkaCollector:
         return self._joined
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="kafka", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def stop_intake(self) -> None:
         """Stop polling; the consumer stays open so that ``shutdown`` can commit."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._worker.stop()
 
     def shutdown(self) -> None:
         """Commit what the pipeline finished, then close. Safe before start and twice."""
@@ -194,27 +211,26 @@ class KafkaCollector:
 
     # --- consumer thread -------------------------------------------------------------
 
-    def _run(self) -> None:
-        backoff = 1.0
-        while not self._stop.is_set():
-            try:
-                if self._consumer is None:
-                    self._consumer = self._connect()
-                    backoff = 1.0
-                self._poll_once(self._consumer)
-            except KafkaError as exc:
-                self._joined = self._joined and self._consumer is not None
-                log.warning("kafka_unavailable", error=type(exc).__name__, retry_in_s=backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF_S)
-            except Exception:
-                # A bug must not end intake silently. Start over from the committed
-                # offsets: a record skipped mid-batch would otherwise fall into a
-                # committed range unprocessed.
-                log.exception("kafka_loop_failed", retry_in_s=backoff)
-                self._restart_consumer()
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF_S)
+    def _step(self) -> None:
+        """One turn of the consumer thread (the worker calls it until stopped)."""
+        try:
+            if self._consumer is None:
+                self._consumer = self._connect()
+                self._backoff = 1.0
+            self._poll_once(self._consumer)
+        except KafkaError as exc:
+            self._joined = self._joined and self._consumer is not None
+            log.warning("kafka_unavailable", error=type(exc).__name__, retry_in_s=self._backoff)
+            self._worker.pause(self._backoff)
+            self._backoff = min(self._backoff * 2, _MAX_BACKOFF_S)
+        except Exception:
+            # A bug must not end intake silently. Start over from the committed
+            # offsets: a record skipped mid-batch would otherwise fall into a
+            # committed range unprocessed.
+            log.exception("kafka_loop_failed", retry_in_s=self._backoff)
+            self._restart_consumer()
+            self._worker.pause(self._backoff)
+            self._backoff = min(self._backoff * 2, _MAX_BACKOFF_S)
 
     def _restart_consumer(self) -> None:
         consumer, self._consumer = self._consumer, None
@@ -237,13 +253,7 @@ class KafkaCollector:
 
         try:
             consumer = self._consumer_factory(
-                bootstrap_servers=self._config.bootstrap_servers,
-                group_id=self._config.group_id,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                max_poll_records=_MAX_POLL_RECORDS,
-                kafka_client=network_client,
-                **{"bootstrap_timeout_ms": _BOOTSTRAP_TIMEOUT_MS, **self._config.security},
+                kafka_client=network_client, **consumer_settings(self._config)
             )
         except KafkaError:
             for client in started:
@@ -257,7 +267,7 @@ class KafkaCollector:
         batches = consumer.poll(timeout_ms=_POLL_TIMEOUT_MS)
         for tp, records in batches.items():
             for record in records:
-                if self._stop.is_set():
+                if self._worker.stopping:
                     # Not handed over: rewind so a later poll or the next owner reads it again.
                     consumer.seek(tp, record.offset)
                     break
@@ -330,10 +340,10 @@ class KafkaCollector:
                 )
                 break
             except KafkaError as exc:
-                if self._stop.is_set():
+                if self._worker.stopping:
                     raise  # left uncommitted: read again after the restart
                 log.warning("dead_letter_failed", error=type(exc).__name__, retry_in_s=backoff)
-                self._stop.wait(backoff)
+                self._worker.pause(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
         metrics.count_record("kafka", "dead_lettered")
         tp = TopicPartition(record.topic, record.partition)
@@ -342,11 +352,7 @@ class KafkaCollector:
 
     def _dlq_producer(self) -> KafkaProducer:
         if self._producer is None:
-            self._producer = self._producer_factory(
-                bootstrap_servers=self._config.bootstrap_servers,
-                acks="all",
-                **{k: v for k, v in self._config.security.items() if k in _PRODUCER_KEYS},
-            )
+            self._producer = self._producer_factory(**producer_settings(self._config))
         return self._producer
 
     def _commit(self, consumer: KafkaConsumer, only: set[TopicPartition] | None = None) -> None:
@@ -359,9 +365,6 @@ class KafkaCollector:
         except KafkaError as exc:
             # The records will be read again by whoever owns the partition: at-least-once.
             log.warning("kafka_commit_failed", error=type(exc).__name__)
-
-
-_PRODUCER_KEYS = frozenset(KafkaProducer.DEFAULT_CONFIG)
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -23,10 +23,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-# A retriever span listing more documents than this is refused: no real
-# retriever hands thousands of chunks to a generator, and holding them would
-# let one request take the memory meant for many traces.
-MAX_DOCUMENTS_PER_SPAN = 1000
+from monitor.trace import MAX_DOCUMENTS
+
+# A retriever span listing more documents than this is refused (see MAX_DOCUMENTS).
+MAX_DOCUMENTS_PER_SPAN = MAX_DOCUMENTS
 RETRIEVED_DOCUMENTS = "retrieval.documents."
 RERANKED_DOCUMENTS = "reranker.output_documents."
 _DOCUMENT_PREFIXES = (RETRIEVED_DOCUMENTS, RERANKED_DOCUMENTS)

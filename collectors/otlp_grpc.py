@@ -24,13 +24,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import (
 from collectors.otlp import spans_from_request
 from collectors.otlp_http import bearer_token
 from monitor.config import OtlpConfig
-from monitor.pipeline import Pipeline, SpanBatch
+from monitor.pipeline import Consumer, SpanBatch
 
 _SUBMIT_TIMEOUT_S = 2.0
 
 
 class _TraceService(TraceServiceServicer):
-    def __init__(self, pipeline: Pipeline, token: str | None) -> None:
+    def __init__(self, pipeline: Consumer, token: str | None) -> None:
         self._pipeline = pipeline
         self._expected_auth = f"Bearer {token}".encode() if token else None
 
@@ -61,7 +61,7 @@ class _TraceService(TraceServiceServicer):
 class OtlpGrpcReceiver:
     """The gRPC server on its own port; ``shutdown`` is safe before start and twice."""
 
-    def __init__(self, config: OtlpConfig, pipeline: Pipeline, workers: int = 4) -> None:
+    def __init__(self, config: OtlpConfig, pipeline: Consumer, workers: int = 4) -> None:
         self._config = config
         self._service = _TraceService(pipeline, bearer_token(config))
         self._workers = workers

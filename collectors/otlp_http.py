@@ -20,7 +20,7 @@ from google.rpc.status_pb2 import Status
 from collectors.otlp import DecodedSpans, PayloadError, decode_otlp_json, decode_otlp_proto
 from collectors.records import InvalidRecord, parse_feedback, parse_labels
 from monitor.config import OtlpConfig
-from monitor.pipeline import Events, Pipeline, SpanBatch
+from monitor.pipeline import Consumer, Events, SpanBatch
 from monitor.server import HttpService, QuietHandler
 from monitor.trace import Event
 
@@ -59,7 +59,7 @@ def bearer_token(config: OtlpConfig) -> str | None:
 class OtlpHttpReceiver(HttpService):
     """The receiver; one instance per sidecar."""
 
-    def __init__(self, config: OtlpConfig, pipeline: Pipeline) -> None:
+    def __init__(self, config: OtlpConfig, pipeline: Consumer) -> None:
         self.config = config
         self.pipeline = pipeline
         self.token = bearer_token(config)

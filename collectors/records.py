@@ -1,13 +1,16 @@
 """JSON records: ``rag-trace/1`` traces, gold-document labels and feedback events.
 
-Parsed with pydantic models that forbid non-finite numbers and bound every
-list, so a record either becomes a trusted value or an ``InvalidRecord`` whose
-message names the offending field (it goes into the dead-letter header).
+Parsed with pydantic (a ``rag-trace/1`` record through a ``TypeAdapter`` over
+the ``RagTrace`` dataclass, whose fields declare the bounds), forbidding
+non-finite numbers and bounding every list, so a record either becomes a
+trusted value or an ``InvalidRecord`` whose message names the offending field
+(it goes into the dead-letter header).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -17,19 +20,18 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    TypeAdapter,
     ValidationError,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
-from collectors.otlp import MAX_DOCUMENTS_PER_SPAN
-from monitor.trace import Context, Feedback, Label, RagTrace, Source, Stage, Usage
+from monitor.trace import MAX_DOCUMENTS, Feedback, FeedbackKind, Id, Label, RagTrace, Source
 
 MAX_LABELS_PER_BODY = 10_000
-
-Id = Annotated[str, StringConstraints(min_length=1, max_length=256)]
-DocIds = Annotated[list[Id], Field(max_length=MAX_DOCUMENTS_PER_SPAN)]
-Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Count = Annotated[int, Field(ge=0)]
+# Set by the collector, not by the record: a record's own value is ignored.
+_NOT_FROM_RECORDS = frozenset({"source", "root_span_id"})
+_RAG_TRACE = TypeAdapter(RagTrace)
 
 
 class InvalidRecord(ValueError):
@@ -40,51 +42,25 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
 
-class _Context(_Record):
-    doc_id: Id
-    chunk_id: Id | None = None
-    text: str | None = None
-    score: float | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
-
-
-class _Usage(_Record):
-    model: Id
-    provider: str | None = None
-    prompt_tokens: Count = 0
-    completion_tokens: Count = 0
-    embedding_tokens: Count = 0
-    rerank_units: Count = 0
-
-
 class _RagTraceRecord(_Record):
+    """The record's envelope; ``RagTrace`` itself validates the rest."""
+
     schema_: Literal["rag-trace/1"] = Field(alias="schema")
-    trace_id: Annotated[str, StringConstraints(pattern=r"^[0-9a-fA-F]{1,64}$")]
-    time: datetime | None = None
-    tenant: str | None = None
-    user_id: str | None = None
-    session_id: str | None = None
-    intent: str | None = None
-    query: str | None = None
-    answer: str | None = None
-    contexts: Annotated[list[_Context], Field(max_length=MAX_DOCUMENTS_PER_SPAN)] = []
-    retrieved: DocIds = []
-    relevance_excluded: DocIds = []
-    entitlement_excluded: DocIds = []
-    filter_predicate: str | None = None
-    stages: dict[Stage, Seconds] = {}
-    usage: Annotated[list[_Usage], Field(max_length=64)] = []
-    cost_usd: Annotated[float, Field(ge=0)] | None = None
-    query_embedding: Annotated[list[float], Field(min_length=1, max_length=65_536)] | None = None
-    probe_id: Id | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
 
 
-def _validation_reason(exc: ValidationError) -> str:
-    first = exc.errors()[0]
+def _validation_reason(errors: list[ErrorDetails]) -> str:
+    first = errors[0]
     path = ".".join(str(part) for part in first["loc"]) or "record"
-    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{path}: {first['msg']}{more}"
+
+
+def _errors(validate: Callable[[Any], object], value: Any) -> list[ErrorDetails]:
+    try:
+        validate(value)
+    except ValidationError as exc:
+        return exc.errors()
+    return []
 
 
 def _load_json(body: bytes) -> Any:
@@ -104,43 +80,32 @@ def parse_rag_trace(body: bytes, source: Source) -> RagTrace:
 
 
 def rag_trace_from_document(document: Any, source: Source) -> RagTrace:
+    """Validate one decoded ``rag-trace/1`` document into a ``RagTrace`` from ``source``."""
+    errors = _errors(_RagTraceRecord.model_validate, document)
+    if not isinstance(document, dict):
+        raise InvalidRecord(_validation_reason(errors))
+    fields = {k: v for k, v in document.items() if k not in _NOT_FROM_RECORDS}
+    fields["source"] = source
+    if fields.get("time") is None:
+        fields["time"] = datetime.now(UTC)
+    contexts = fields.get("contexts")
+    if isinstance(contexts, list):  # a context's tenant comes from its metadata only
+        fields["contexts"] = [_without_tenant(c) for c in contexts]
     try:
-        record = _RagTraceRecord.model_validate(document)
+        trace = _RAG_TRACE.validate_python(fields)
     except ValidationError as exc:
-        raise InvalidRecord(_validation_reason(exc)) from exc
-    time = record.time or datetime.now(UTC)
-    return RagTrace(
-        trace_id=record.trace_id.lower(),
-        time=time if time.tzinfo else time.replace(tzinfo=UTC),
-        source=source,
-        tenant=record.tenant,
-        user_id=record.user_id,
-        session_id=record.session_id,
-        intent=record.intent,
-        query=record.query,
-        answer=record.answer,
-        contexts=tuple(
-            Context(
-                doc_id=c.doc_id,
-                chunk_id=c.chunk_id,
-                text=c.text,
-                score=c.score,
-                tenant=_tenant_of(c.metadata),
-                metadata=c.metadata,
-            )
-            for c in record.contexts
-        ),
-        retrieved=tuple(record.retrieved),
-        relevance_excluded=tuple(record.relevance_excluded),
-        entitlement_excluded=tuple(record.entitlement_excluded),
-        filter_predicate=record.filter_predicate,
-        stages={str(stage): seconds for stage, seconds in record.stages.items()},
-        usage=tuple(Usage(**u.model_dump()) for u in record.usage),
-        cost_usd=record.cost_usd,
-        query_embedding=tuple(record.query_embedding) if record.query_embedding else None,
-        probe_id=record.probe_id,
-        metadata=record.metadata,
+        raise InvalidRecord(_validation_reason(errors + exc.errors())) from exc
+    if errors:
+        raise InvalidRecord(_validation_reason(errors))
+    return replace(
+        trace, contexts=tuple(replace(c, tenant=_tenant_of(c.metadata)) for c in trace.contexts)
     )
+
+
+def _without_tenant(context: Any) -> Any:
+    if isinstance(context, dict):
+        return {k: v for k, v in context.items() if k != "tenant"}
+    return context
 
 
 def _tenant_of(metadata: Mapping[str, Any]) -> str | None:
@@ -154,7 +119,7 @@ RecordT = TypeVar("RecordT", bound=_Record)
 class _LabelRecord(_Record):
     trace_id: Id | None = None
     probe_id: Id | None = None
-    gold_doc_ids: Annotated[list[Id], Field(min_length=1, max_length=MAX_DOCUMENTS_PER_SPAN)]
+    gold_doc_ids: Annotated[list[Id], Field(min_length=1, max_length=MAX_DOCUMENTS)]
 
     @model_validator(mode="after")
     def _one_key(self) -> _LabelRecord:
@@ -165,7 +130,7 @@ class _LabelRecord(_Record):
 
 class _FeedbackRecord(_Record):
     trace_id: Id
-    kind: Literal["thumbs_up", "thumbs_down", "regenerate", "copy"]
+    kind: FeedbackKind
     reason: Annotated[str, StringConstraints(max_length=256)] | None = None
     session_id: Id | None = None
 
@@ -194,4 +159,4 @@ def _parse_many(body: bytes, model: type[RecordT]) -> list[RecordT]:
     try:
         return [model.model_validate(item) for item in items]
     except ValidationError as exc:
-        raise InvalidRecord(_validation_reason(exc)) from exc
+        raise InvalidRecord(_validation_reason(exc.errors())) from exc

@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from detectors.base import InlineDetector
 from monitor.config import CostConfig, ModelPrice
+from monitor.detector import InlineDetector
 from monitor.trace import RagTrace, Usage
 
 # $0.0001 to $1 per request, about three buckets per decade.

@@ -14,7 +14,7 @@ from typing import ClassVar, get_args
 
 from prometheus_client import CollectorRegistry, Counter
 
-from detectors.base import InlineDetector
+from monitor.detector import InlineDetector
 from monitor.trace import Event, Feedback, FeedbackKind, RagTrace
 
 REASK_WINDOW_S = 60.0

@@ -34,8 +34,8 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from collectors.records import InvalidRecord, parse_labels
-from detectors.base import InlineDetector
 from monitor.config import FilterExclusionConfig
+from monitor.detector import InlineDetector
 from monitor.trace import Event, Label, RagTrace
 
 log = structlog.get_logger("rag_monitor.filter_exclusion")

@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from detectors.base import InlineDetector
 from monitor.config import LatencyConfig
+from monitor.detector import InlineDetector
 from monitor.trace import STAGES, RagTrace
 
 # 5 ms to 60 s: embedding and rerank calls sit at the low end, long generations

@@ -15,6 +15,9 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from monitor.durations import Duration
+from monitor.kafka_config import KafkaConfig
+
 ENV_PREFIX = "RAG_MONITOR_"
 
 
@@ -38,9 +41,6 @@ class ServiceConfig(_Section):
     state_dir: Path = Field(
         Path("./rag-monitor-state"), description="drift reference, history, join state"
     )
-    tenant_labels: list[str] = Field(
-        default_factory=list, description="allow-list for a tenant label; others become 'other'"
-    )
 
 
 class OtlpConfig(_Section):
@@ -59,44 +59,16 @@ class OtlpConfig(_Section):
     )
 
 
-class KafkaTopics(_Section):
-    traces: list[str] = Field(
-        default_factory=lambda: ["otlp_spans"], description="topics carrying traces"
-    )
-    labels: str | None = Field("rag-labels", description="topic of gold-document labels")
-    feedback: str | None = Field("rag-feedback", description="topic of user feedback events")
-
-
-PayloadFormat = Literal["auto", "otlp_proto", "otlp_json", "rag_trace_json"]
-
-
-class KafkaConfig(_Section):
-    bootstrap_servers: str | list[str] | None = Field(
-        None, description="broker list; Kafka is off until this is set"
-    )
-    group_id: str = Field("rag-monitor", description="consumer group")
-    topics: KafkaTopics = Field(default_factory=KafkaTopics, description="topics to consume")
-    format: PayloadFormat = Field("auto", description="payload format of the trace topics")
-    dead_letter_topic: str | None = Field(
-        "rag-monitor-dlq", description="where undecodable records go (null: only count them)"
-    )
-    security: dict[str, Any] = Field(
-        default_factory=dict,
-        description="passed to kafka-python (security_protocol, sasl_*, ssl_*)",
-    )
-
-
 class PhoenixConfig(_Section):
-    enabled: bool = Field(False, description="poll spans from / annotate to Phoenix")
+    enabled: bool = Field(False, description="connect to Phoenix (for the annotations below)")
     endpoint: str = Field("http://127.0.0.1:6006", description="Phoenix base URL")
-    project: str = Field("default", description="Phoenix project name")
     annotate: bool = Field(True, description="write faithfulness scores back as annotations")
 
 
 class CollectorsConfig(_Section):
     otlp: OtlpConfig = Field(default_factory=OtlpConfig, description="OTLP receivers")
     kafka: KafkaConfig = Field(default_factory=KafkaConfig, description="Kafka consumer")
-    phoenix: PhoenixConfig = Field(default_factory=PhoenixConfig, description="Phoenix")
+    phoenix: PhoenixConfig = Field(default_factory=PhoenixConfig, description="Phoenix annotations")
 
 
 class AssemblyConfig(_Section):
@@ -265,7 +237,11 @@ class FilterExclusionConfig(_Section):
 
 class DriftConfig(_Section):
     enabled: bool = Field(True, description="test query embeddings for drift")
-    backend: Literal["alibi", "scipy"] = Field("alibi", description="MMD implementation")
+    backend: Literal["scipy", "alibi"] = Field(
+        "scipy",
+        description="MMD implementation: scipy (Apache-2.0, ours) or alibi (alibi-detect 0.12+ "
+        "is under the Business Source License 1.1: no production use without a Seldon licence)",
+    )
     embedder: str | None = Field(None, description="null: use traced query vectors only")
     reference_size: int = Field(1000, gt=1, description="vectors in the reference window")
     window_size: int = Field(500, gt=1, description="vectors in each tested window")
@@ -318,9 +294,19 @@ class GuardrailsConfig(_Section):
     false_exclusion_max: float = Field(0.02, ge=0, le=1, description="false-exclusion ratio")
     regeneration_band_sigma: float = Field(3.0, gt=0, description="control band width in sd")
     cost_per_query_max_usd: float = Field(0.02, gt=0, description="budget per query")
-    for_: str = Field(
-        "10m", alias="for", pattern=r"^[0-9]+[smhd]$", description="how long a breach lasts"
+    for_: Duration = Field("10m", alias="for", description="how long a breach lasts")
+    window: Duration = Field(
+        "5m", description="rate window of every rule except the sampled ratios (sample_window)"
     )
+    sample_window: Duration = Field(
+        "1h", description="rate window of the sampled faithfulness and false-exclusion ratios"
+    )
+    baseline: Duration = Field("7d", description="history of the regeneration control band")
+    min_events: int = Field(
+        20, ge=1, description="denominator events a window needs before a ratio alert may fire"
+    )
+    job: str = Field("rag-monitor", description="Prometheus job scraping the sidecar")
+    runbook_base: str = Field("README.md", description="document or URL of the runbook anchors")
 
 
 class Config(_Section):
@@ -386,21 +372,28 @@ def apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> None
 def _describe_errors(exc: ValidationError) -> Iterator[str]:
     for error in exc.errors():
         path = ".".join(str(part) for part in error["loc"])
-        got = "" if error["type"] == "missing" else f" (got {error['input']!r})"
+        # A mapping is not echoed: it can hold passwords (collectors.kafka.security).
+        shown = error["type"] != "missing" and not isinstance(error["input"], dict)
+        got = f" (got {error['input']!r})" if shown else ""
         if error["type"] == "extra_forbidden":
             yield f"{path}: unknown key"
         else:
             yield f"{path}: {error['msg']}{got}"
 
 
-def explain(model: type[BaseModel] = Config, prefix: str = "") -> Iterator[str]:
-    """Yield ``key: default  # description`` for every key, for ``check-config --explain``."""
-    for name, field in model.model_fields.items():
+def explain(defaults: BaseModel | None = None, prefix: str = "") -> Iterator[str]:
+    """Yield ``key: default  # description`` for every key, for ``check-config --explain``.
+
+    Defaults are read from a default instance, not from the field declarations:
+    a parent's ``default_factory`` (``Listener(port=4318)``) overrides the
+    nested model's own field defaults.
+    """
+    instance = Config() if defaults is None else defaults
+    for name, field in type(instance).model_fields.items():
         key = f"{prefix}{field.alias or name}"
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        value = getattr(instance, name)
+        if isinstance(value, BaseModel):
             yield f"{key}:  # {field.description}"
-            yield from explain(annotation, key + ".")
+            yield from explain(value, key + ".")
         else:
-            default = field.get_default(call_default_factory=True)
-            yield f"{key}: {default!r}  # {field.description}"
+            yield f"{key}: {value!r}  # {field.description}"

@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import structlog
 
+REDACTED = "[redacted]"
+_MAX_DEPTH = 8
 REDACTED_KEYS = frozenset(
     {"query", "answer", "text", "context", "contexts", "prompt", "completion", "input", "output"}
 )
 
 
 class RedactText:
-    """Processor replacing the values of text-bearing keys with ``"[redacted]"``."""
+    """Processor replacing the values of text-bearing keys with ``"[redacted]"``, at any depth:
+    a ``{"request": {"query": ...}}`` or a list of such mappings is redacted too."""
 
     def __init__(self, keys: frozenset[str] = REDACTED_KEYS) -> None:
         self._keys = keys
@@ -27,9 +30,21 @@ class RedactText:
     def __call__(
         self, logger: Any, method: str, event_dict: MutableMapping[str, Any]
     ) -> MutableMapping[str, Any]:
-        for key in self._keys.intersection(event_dict):
-            event_dict[key] = "[redacted]"
+        for key, value in event_dict.items():
+            event_dict[key] = REDACTED if key in self._keys else self._redacted(value, 0)
         return event_dict
+
+    def _redacted(self, value: Any, depth: int) -> Any:
+        if depth > _MAX_DEPTH:
+            return REDACTED  # deeper than any log call nests on purpose
+        if isinstance(value, Mapping):
+            return {
+                key: REDACTED if key in self._keys else self._redacted(item, depth + 1)
+                for key, item in value.items()
+            }
+        if isinstance(value, list | tuple | set | frozenset):
+            return [self._redacted(item, depth + 1) for item in value]
+        return value
 
 
 def configure_logging(level: str = "info") -> None:

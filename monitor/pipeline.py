@@ -1,8 +1,9 @@
 """The pipeline: a bounded queue from collectors to one thread that assembles and detects.
 
 Collectors decode and validate on their own threads, then ``submit`` work
-items. The pipeline thread owns the span assembler and runs the inline
-detectors, so neither needs a lock. A full queue makes ``submit`` wait (Kafka)
+items. The pipeline thread owns the trace assembly (which the collectors
+provide: spans are their business) and runs the inline detectors, so neither
+needs a lock. A full queue makes ``submit`` wait (Kafka)
 or time out (OTLP answers "retry later"): intake slows down, nothing is lost.
 The pipeline counts the outcome (ok or duplicate) of every item submitted;
 collectors count only what they refuse (invalid, dead_lettered).
@@ -10,36 +11,91 @@ collectors count only what they refuse (invalid, dead_lettered).
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from collectors.assembly import AssembledTrace, SpanAssembler, Ticket
-from collectors.openinference import TraceMapper
-from collectors.otlp import Span
-from detectors.base import Detector
-from monitor.config import AssemblyConfig, MappingConfig
+from monitor.detector import Detector
 from monitor.metrics import queue_depth
 from monitor.trace import Event, Feedback, RagTrace, Source
+from monitor.worker import Worker
 
 log = structlog.get_logger("rag_monitor.pipeline")
 
 RecordOutcome = Literal["ok", "invalid", "dead_lettered", "duplicate"]
 TraceOutcome = Literal["complete", "expired", "evicted", "not_rag"]
 _TICK_S = 0.05
+# What is still queued at shutdown is processed for this long (the Kubernetes
+# grace period is 30 s, and the detectors' workers drain after this), then counted
+# in rag_monitor_worker_dropped_total.
+DRAIN_S = 15.0
+
+
+class Ticket:
+    """Follows one source record until every trace it fed has been processed.
+
+    It starts with one hold for the submission itself; each pending trace the
+    record adds spans to takes another. ``on_done`` runs when the last is
+    released: for Kafka that is when the record's offset may be committed.
+    """
+
+    __slots__ = ("_holds", "_on_done")
+
+    def __init__(self, on_done: Callable[[], None] | None = None) -> None:
+        self._holds = 1
+        self._on_done = on_done
+
+    def hold(self) -> None:
+        self._holds += 1
+
+    def release(self) -> None:
+        self._holds -= 1
+        if self._holds == 0 and self._on_done is not None:
+            self._on_done()
+
+
+@dataclass(frozen=True, slots=True)
+class EmittedTrace:
+    """A trace the assembly let go: its ``RagTrace`` (None when it is no RAG request or
+    could not be built) and the tickets of the records that fed it."""
+
+    trace: RagTrace | None
+    outcome: Literal["complete", "expired", "evicted"]
+    tickets: list[Ticket]
+    failed: bool = False  # the mapping raised; counted as an assembly error
+
+
+class TraceAssembly(Protocol):
+    """Turns the spans collectors submit into traces; called on the pipeline thread only."""
+
+    @property
+    def pending(self) -> int:
+        """Traces held, waiting for more spans."""
+
+    def add(
+        self, spans: Sequence[Any], source: Source, now: float, ticket: Ticket | None
+    ) -> tuple[list[EmittedTrace], int]:
+        """Hold ``spans``; returns traces evicted to stay bounded and the late-span count."""
+
+    def claim(self, trace_id: str) -> bool:
+        """Mark a trace that arrived whole as seen; False if it was seen before."""
+
+    def due(self, now: float) -> list[EmittedTrace]:
+        """Traces complete or expired by ``now``."""
+
+    def drain(self) -> list[EmittedTrace]:
+        """Everything held, at shutdown."""
 
 
 @dataclass(frozen=True, slots=True)
 class SpanBatch:
-    """Validated spans of one request or record."""
+    """Validated spans of one request or record, in the collectors' own span type."""
 
-    spans: list[Span]
+    spans: Sequence[Any]
     collector: Source
     ticket: Ticket | None = None
 
@@ -72,6 +128,7 @@ class PipelineMetrics:
     """The sidecar's own counters, shared by the collectors and the pipeline."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry  # the pipeline's worker reports to its supervisor
         requests = Counter(
             "rag_requests_total", "RAG requests seen, by source.", ["source"], registry=registry
         )
@@ -130,68 +187,74 @@ class PipelineMetrics:
         self.records.labels(collector, outcome).inc()
 
 
+class Consumer(Protocol):
+    """What collectors write to: the pipeline, or a sink in tests."""
+
+    metrics: PipelineMetrics
+
+    def submit(self, item: WorkItem, timeout: float | None = None) -> bool:
+        """Queue ``item``; False when it could not be queued within ``timeout`` seconds."""
+
+
 class Pipeline:
     """Bounded queue -> span assembly -> inline detectors."""
 
     def __init__(
         self,
-        config: AssemblyConfig,
+        assembly: TraceAssembly,
         detectors: Sequence[Detector],
         metrics: PipelineMetrics,
         *,
         queue_size: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
-        mapping: MappingConfig | None = None,
     ) -> None:
         self.metrics = metrics
-        self._mapper = TraceMapper(mapping)
         self._detectors = list(detectors)
-        self._assembler = SpanAssembler(config.grace_s, config.ttl_s, config.max_pending_traces)
-        self._queue: queue.Queue[WorkItem | None] = queue.Queue(maxsize=queue_size)
+        self._assembler = assembly
         self._clock = clock
-        self._thread: threading.Thread | None = None
         self._failing: set[str] = set()
-        metrics.queue_depth.labels("ingest").set_function(self._queue.qsize)
+        self._worker: Worker[WorkItem] = Worker(
+            "pipeline",
+            handle=self._handle_batch,
+            queue_size=queue_size,
+            tick_s=_TICK_S,
+            on_tick=self._tick,
+            finish=self._drain,
+            drain_s=DRAIN_S,
+            registry=metrics.registry,
+        )
+        metrics.queue_depth.labels("ingest").set_function(lambda: self._worker.depth)
         metrics.pending.set_function(lambda: self._assembler.pending)
 
     def start(self) -> None:
         for detector in self._detectors:
             detector.start()
-        self._thread = threading.Thread(target=self._run, name="pipeline", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def submit(self, item: WorkItem, timeout: float | None = None) -> bool:
-        """Queue ``item``; False when the queue stayed full for ``timeout`` seconds."""
-        try:
-            self._queue.put(item, timeout=timeout)
-        except queue.Full:
-            return False
-        return True
+        """Queue ``item``; False when the queue stayed full for ``timeout`` seconds, or the
+        pipeline stopped or died."""
+        return self._worker.submit(item, timeout)
+
+    def alive(self) -> bool:
+        """The pipeline thread runs and beats (``/readyz``)."""
+        return self._worker.alive()
 
     def shutdown(self) -> None:
-        """Process what is queued, emit every pending trace, stop. Safe twice."""
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join()
-            self._thread = None
+        """Process what is queued (within ``DRAIN_S``), emit every pending trace, stop the
+        detectors. Safe before start and twice."""
+        self._worker.stop()
         for detector in self._detectors:
             detector.shutdown()
 
-    def _run(self) -> None:
-        next_tick = self._clock() + _TICK_S
-        while True:
-            try:
-                item = self._queue.get(timeout=_TICK_S)
-            except queue.Empty:
-                item = False  # type: ignore[assignment]
-            if item is None:
-                break
-            now = self._clock()
-            if item:
-                self._handle(item, now)
-            if now >= next_tick:
-                self._process_assembled(self._assembler.due(now))
-                next_tick = now + _TICK_S
+    def _handle_batch(self, items: list[WorkItem]) -> None:
+        for item in items:
+            self._handle(item, self._clock())
+
+    def _tick(self) -> None:
+        self._process_assembled(self._assembler.due(self._clock()))
+
+    def _drain(self) -> None:
         drained = self._assembler.drain()
         self._process_assembled(drained)
         log.info("pipeline_drained", pending_traces_emitted=len(drained))
@@ -220,19 +283,17 @@ class Pipeline:
         if item.ticket is not None:
             item.ticket.release()
 
-    def _process_assembled(self, traces: list[AssembledTrace]) -> None:
-        for assembled in traces:
-            try:
-                trace = self._mapper.build(assembled.spans, assembled.source)
-            except Exception:  # a mapping bug must not stop the sidecar
-                self.metrics.traces[assembled.outcome].inc()
-                log.exception("trace_build_failed", trace_id=assembled.trace_id)
+    def _process_assembled(self, traces: list[EmittedTrace]) -> None:
+        for emitted in traces:
+            if emitted.failed:
+                self.metrics.traces[emitted.outcome].inc()
                 self.metrics.detector_errors.labels("assembly").inc()
+            elif emitted.trace is None:
+                self.metrics.traces["not_rag"].inc()
             else:
-                self.metrics.traces["not_rag" if trace is None else assembled.outcome].inc()
-                if trace is not None:
-                    self._process(trace)
-            for ticket in assembled.tickets:
+                self.metrics.traces[emitted.outcome].inc()
+                self._process(emitted.trace)
+            for ticket in emitted.tickets:
                 ticket.release()
 
     def _process(self, trace: RagTrace) -> None:

@@ -4,7 +4,7 @@ sidecar's own endpoints /metrics, /healthz and /readyz."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import orjson
@@ -84,13 +84,20 @@ class Readiness:
 
 
 class MetricsServer(HttpService):
-    """Serves /metrics from ``registry``, /healthz (alive) and /readyz (all checks pass)."""
+    """Serves /metrics from ``registry``, /healthz (no supervised worker failing: ``health``
+    names the failing ones) and /readyz (all checks pass)."""
 
     def __init__(
-        self, host: str, port: int, registry: CollectorRegistry, readiness: Readiness
+        self,
+        host: str,
+        port: int,
+        registry: CollectorRegistry,
+        readiness: Readiness,
+        health: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
         self.registry = registry
         self.readiness = readiness
+        self.health = health
         super().__init__(host, port, _MetricsHandler)
 
 
@@ -104,7 +111,12 @@ class _MetricsHandler(QuietHandler):
             encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
             self.send_body(200, encoder(service.registry), content_type)
         elif path == "/healthz":
-            self.send_body(200, b'{"status":"ok"}', "application/json")
+            failing = service.health()
+            if failing:
+                body = orjson.dumps({"status": "failing", "workers": dict(failing)})
+                self.send_body(503, body, "application/json")
+            else:
+                self.send_body(200, b'{"status":"ok"}', "application/json")
         elif path == "/readyz":
             checks = service.readiness.status()
             ready = all(checks.values())

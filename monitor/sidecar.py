@@ -11,7 +11,6 @@ from typing import Protocol
 import structlog
 from prometheus_client import CollectorRegistry
 
-from detectors.base import Detector
 from detectors.cost import CostDetector
 from detectors.drift.detector import DriftDetector
 from detectors.faithfulness import FaithfulnessDetector
@@ -19,8 +18,10 @@ from detectors.feedback import FeedbackDetector
 from detectors.filter_exclusion import FilterExclusionDetector
 from detectors.latency import LatencyDetector
 from monitor.config import Config
+from monitor.detector import Detector
 from monitor.pipeline import Pipeline, PipelineMetrics
 from monitor.server import MetricsServer, Readiness
+from monitor.worker import supervisor
 
 log = structlog.get_logger("rag_monitor")
 
@@ -77,6 +78,7 @@ class Sidecar:
     ) -> None:
         # Heavy or optional components are imported here, not at module import,
         # so that ``rag-monitor --help`` stays fast.
+        from collectors.assembly import SpanAssembly
         from collectors.otlp_grpc import OtlpGrpcReceiver
         from collectors.otlp_http import OtlpHttpReceiver
 
@@ -84,11 +86,11 @@ class Sidecar:
         self.registry = registry or CollectorRegistry()
         self.readiness = Readiness()
         self.pipeline = Pipeline(
-            config.assembly,
+            SpanAssembly(config.assembly, config.mapping),
             [*build_detectors(config, self.registry), *extra_detectors],
             PipelineMetrics(self.registry),
-            mapping=config.mapping,
         )
+        self.readiness.add("pipeline", self.pipeline.alive)
         otlp = config.collectors.otlp
         self.http = OtlpHttpReceiver(otlp, self.pipeline) if otlp.http.enabled else None
         self.grpc = OtlpGrpcReceiver(otlp, self.pipeline) if otlp.grpc.enabled else None
@@ -106,7 +108,11 @@ class Sidecar:
             self.readiness.add("kafka", kafka.ready)
         metrics = config.service.metrics
         self.metrics_server = MetricsServer(
-            metrics.host, metrics.port, self.registry, self.readiness
+            metrics.host,
+            metrics.port,
+            self.registry,
+            self.readiness,
+            health=supervisor(self.registry).failing,
         )
         self._stopped = threading.Event()
 

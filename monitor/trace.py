@@ -1,21 +1,72 @@
 """The one contract between collectors and detectors: ``RagTrace`` and the events.
 
 Collectors own parsing and validation; everything here is already typed and
-bounded, so detectors can trust it.
+bounded, so detectors can trust it. The bounds are declared on the fields
+(``Annotated``): code ignores them, and a pydantic ``TypeAdapter`` over these
+dataclasses validates ``rag-trace/1`` records with them (``collectors/records.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import AfterValidator, AllowInfNan, Field, GetCoreSchemaHandler, StringConstraints
+from pydantic_core import CoreSchema, core_schema
 
 Stage = Literal["embed", "retrieve", "rerank", "generate", "ttft", "total"]
 STAGES: tuple[Stage, ...] = get_args(Stage)
-Source = Literal["otlp", "kafka", "phoenix"]
+Source = Literal["otlp", "kafka"]
 FeedbackKind = Literal["thumbs_up", "thumbs_down", "regenerate", "copy"]
+# More documents than this on one request are refused, in a span or a record: no
+# real retriever hands thousands of chunks to a generator, and holding them
+# would let one request take the memory meant for many traces.
+MAX_DOCUMENTS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class _JsonArray:
+    """A tuple field read from a JSON array: bounded, and the messages say "list"."""
+
+    min_length: int | None = None
+    max_length: int | None = None
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        item = get_args(source)[0]  # source is tuple[item, ...]
+        items = core_schema.list_schema(
+            handler.generate_schema(item), min_length=self.min_length, max_length=self.max_length
+        )
+        return core_schema.no_info_after_validator_function(tuple, items)
+
+
+@dataclass(frozen=True, slots=True)
+class _ValidatedAs:
+    """A field typed loosely for code but validated as ``wire`` in records."""
+
+    wire: Any
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        return handler.generate_schema(self.wire)
+
+
+def _utc_unless_zoned(time: datetime) -> datetime:
+    return time if time.tzinfo else time.replace(tzinfo=UTC)
+
+
+Id = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+Finite = Annotated[float, AllowInfNan(False)]
+Count = Annotated[int, Field(ge=0)]
+DocIds = Annotated[tuple[Id, ...], _JsonArray(max_length=MAX_DOCUMENTS)]
+TraceId = Annotated[str, StringConstraints(pattern=r"^[0-9a-fA-F]{1,64}$", to_lower=True)]
+StageName = Annotated[str, _ValidatedAs(Stage)]
+Seconds = Annotated[Finite, Field(ge=0)]
 
 
 def _empty() -> Mapping[str, Any]:
@@ -26,10 +77,10 @@ def _empty() -> Mapping[str, Any]:
 class Context:
     """A chunk supplied to the generator."""
 
-    doc_id: str
-    chunk_id: str | None = None
+    doc_id: Id
+    chunk_id: Id | None = None
     text: str | None = None
-    score: float | None = None
+    score: Finite | None = None
     tenant: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=_empty)
 
@@ -38,20 +89,20 @@ class Context:
 class Usage:
     """Tokens (and rerank units) one model used for the request."""
 
-    model: str
+    model: Id
     provider: str | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    embedding_tokens: int = 0
-    rerank_units: int = 0
+    prompt_tokens: Count = 0
+    completion_tokens: Count = 0
+    embedding_tokens: Count = 0
+    rerank_units: Count = 0
 
 
 @dataclass(frozen=True, slots=True)
 class RagTrace:
     """One normalized RAG request (DESIGN.md "The RagTrace record")."""
 
-    trace_id: str
-    time: datetime
+    trace_id: TraceId
+    time: Annotated[datetime, AfterValidator(_utc_unless_zoned)]
     source: Source
     root_span_id: str | None = None
     tenant: str | None = None
@@ -60,16 +111,18 @@ class RagTrace:
     intent: str | None = None
     query: str | None = None
     answer: str | None = None
-    contexts: tuple[Context, ...] = ()
-    retrieved: tuple[str, ...] = ()
-    relevance_excluded: tuple[str, ...] = ()
-    entitlement_excluded: tuple[str, ...] = ()
+    contexts: Annotated[tuple[Context, ...], _JsonArray(max_length=MAX_DOCUMENTS)] = ()
+    retrieved: DocIds = ()
+    relevance_excluded: DocIds = ()
+    entitlement_excluded: DocIds = ()
     filter_predicate: str | None = None
-    stages: Mapping[str, float] = field(default_factory=_empty)
-    usage: tuple[Usage, ...] = ()
-    cost_usd: float | None = None
-    query_embedding: tuple[float, ...] | None = None
-    probe_id: str | None = None
+    stages: Mapping[StageName, Seconds] = field(default_factory=_empty)
+    usage: Annotated[tuple[Usage, ...], _JsonArray(max_length=64)] = ()
+    cost_usd: Annotated[Finite, Field(ge=0)] | None = None
+    query_embedding: (
+        Annotated[tuple[Finite, ...], _JsonArray(min_length=1, max_length=65_536)] | None
+    ) = None
+    probe_id: Id | None = None
     metadata: Mapping[str, Any] = field(default_factory=_empty)
 
 

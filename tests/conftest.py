@@ -10,7 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.config import Config
+from monitor.detector import Detector
 from monitor.sidecar import Sidecar
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,11 +71,12 @@ def merge_sections(into: dict[str, Any], update: dict[str, Any]) -> None:
 
 @pytest.fixture
 def start_sidecar() -> Iterator[Callable[..., Sidecar]]:
-    """Start in-process sidecars (fresh registry each); all are shut down after the test."""
+    """Start in-process sidecars (fresh registry each); all are shut down after the test.
+    ``extra_detectors`` are added after the configured ones."""
     started: list[Sidecar] = []
 
-    def start(**sections: Any) -> Sidecar:
-        sidecar = Sidecar(make_config(**sections), CollectorRegistry())
+    def start(extra_detectors: Sequence[Detector] = (), **sections: Any) -> Sidecar:
+        sidecar = Sidecar(make_config(**sections), CollectorRegistry(), extra_detectors)
         sidecar.start()
         started.append(sidecar)
         return sidecar

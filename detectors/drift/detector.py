@@ -12,9 +12,7 @@ the result to the history in ``service.state_dir``. A reference replaced by
 
 from __future__ import annotations
 
-import queue
 import random
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -31,6 +29,7 @@ from detectors.drift.store import FILE_NAME, DriftStore
 from monitor.config import DriftConfig
 from monitor.metrics import queue_depth
 from monitor.trace import Event, RagTrace
+from monitor.worker import Worker
 
 __all__ = ["SIGNAL", "DriftDetector", "DriftResult", "make_window_test", "representation_of"]
 
@@ -41,6 +40,9 @@ QUEUE_SIZE = 10_000
 SAMPLE_PER_TEST = 64  # vectors kept per test for the report's clusters
 EXAMPLES_PER_TEST = 8  # texts kept per test when keep_examples is on
 _BATCH = 64
+_TICK_S = 0.1
+DRAIN_S = 5.0  # vectors still queued at shutdown are tested for this long, then dropped
+STALL_S = 120.0  # loading an embedder or testing a large window takes seconds
 RejectReason = Literal["wrong_dimension", "not_finite", "queue_full", "no_text"]
 
 
@@ -130,9 +132,6 @@ class _Item:
     time: float
 
 
-_STOP = object()
-
-
 class DriftDetector:
     """Query-embedding drift (MMD) on a worker thread; persisted reference and history."""
 
@@ -152,9 +151,20 @@ class DriftDetector:
         self.metrics = DriftMetrics(registry)
         self._clock = clock
         self._random = random.Random(seed)
-        self._queue: queue.Queue[_Item | object] = queue.Queue(maxsize=QUEUE_SIZE)
-        queue_depth(registry).labels("drift").set_function(self._queue.qsize)
-        self._thread: threading.Thread | None = None
+        self._worker: Worker[_Item] = Worker(
+            "drift",
+            handle=self._handle,
+            queue_size=QUEUE_SIZE,
+            batch_size=_BATCH,
+            tick_s=_TICK_S,
+            setup=self._setup,
+            finish=self._close,
+            drain_s=DRAIN_S,
+            stall_after_s=STALL_S,
+            registry=registry,
+        )
+        queue_depth(registry).labels("drift").set_function(lambda: self._worker.depth)
+        self._state: _DriftState | None = None
         self.tests_done = 0  # for tests and the demo: results seen by the worker
         self.last_result: DriftResult | None = None
 
@@ -169,52 +179,36 @@ class DriftDetector:
             item = _Item(trace.query_embedding, trace.query, trace.time.timestamp())
         else:
             item = _Item(None, trace.query, trace.time.timestamp())
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:
+        if not self._worker.offer(item):
             self.metrics.reject("queue_full")
 
     def observe_event(self, event: Event) -> None:
         del event  # drift looks at queries only
 
     def start(self) -> None:
-        if self._thread is None and self.config.enabled:
-            self._thread = threading.Thread(target=self._run, name="drift", daemon=True)
-            self._thread.start()
+        if self.config.enabled:
+            self._worker.start()
 
     def shutdown(self) -> None:
-        """Test nothing more, persist nothing more, stop the worker. Safe twice."""
-        if self._thread is not None:
-            self._queue.put(_STOP)
-            self._thread.join()
-            self._thread = None
+        """Take what is queued (within ``DRAIN_S``), close the store, stop. Safe twice."""
+        self._worker.stop()
 
-    # --- the worker thread -----------------------------------------------------------------
+    # --- the worker thread: a failure here ends it (logged once, /healthz 503) -------------
 
-    def _run(self) -> None:
-        worker = _Worker(self)
-        try:
-            while True:
-                first = self._queue.get()
-                if first is _STOP:
-                    return
-                items = [first]
-                while len(items) < _BATCH:
-                    try:
-                        items.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
-                stop = _STOP in items
-                worker.handle([i for i in items if isinstance(i, _Item)])
-                if stop:
-                    return
-        except Exception:
-            log.exception("drift_worker_failed")
-        finally:
-            worker.close()
+    def _setup(self) -> bool:
+        self._state = _DriftState(self)
+        return True
+
+    def _handle(self, items: list[_Item]) -> None:
+        assert self._state is not None
+        self._state.handle(items)
+
+    def _close(self) -> None:
+        if self._state is not None:
+            self._state.close()
 
 
-class _Worker:
+class _DriftState:
     """State owned by the worker thread: the store, the reference, the window."""
 
     def __init__(self, owner: DriftDetector) -> None:

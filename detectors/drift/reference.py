@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from detectors.drift.detector import representation_of
-from detectors.drift.report import parse_period
 from detectors.drift.result import Vectors
 from detectors.drift.store import DriftStore
 from monitor.config import DriftConfig
+from monitor.durations import parse_duration
 
 
 def read_vectors(path: Path) -> tuple[Vectors, list[str | None]]:
@@ -72,7 +72,7 @@ def set_reference(
             vectors, source = latest, "window:latest"
         elif since is not None:
             now = time.time()
-            vectors, texts = store.samples(now - parse_period(since), now)
+            vectors, texts = store.samples(now - parse_duration(since), now)
             if len(vectors) > config.reference_size:
                 keep = np.sort(
                     np.random.default_rng().choice(len(vectors), config.reference_size, False)

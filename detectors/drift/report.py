@@ -14,7 +14,6 @@ import base64
 import html
 import io
 import itertools
-import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,21 +25,13 @@ import numpy.typing as npt
 from detectors.drift.result import Vectors
 from detectors.drift.store import DriftStore, Reference, TestRecord
 from monitor.config import Config
+from monitor.durations import parse_duration
 
 VERDICT_LEVEL = 0.01  # binomial test of the flagged share against the false-alarm rate
 MAX_CLUSTERS = 8
 NEIGHBOURS = 10
 SHOWN_CLUSTERS = 6
 EXAMPLES_PER_CLUSTER = 3
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_period(text: str) -> float:
-    """``30m``, ``12h``, ``7d``, ``2w`` -> seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
-    if match is None:
-        raise ValueError(f"--since {text!r}: expected a number and a unit, like 7d or 12h")
-    return float(match.group(1)) * _UNITS[match.group(2)]
 
 
 @dataclass
@@ -391,9 +382,10 @@ def write_report(config: Config, period: str, out: Path, now: float | None = Non
     suffix = out.suffix.lower()
     if suffix not in (".html", ".htm", ".md"):
         raise ValueError(f"--out {out}: write .html or .md")
+    period_s = parse_duration(period)
     store = DriftStore(config.service.state_dir, create=False)
     try:
-        report = build_report(store, config, parse_period(period), now)
+        report = build_report(store, config, period_s, now)
     finally:
         store.close()
     png = plot_png(report)

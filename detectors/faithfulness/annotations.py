@@ -10,14 +10,13 @@ environment.
 
 from __future__ import annotations
 
-import queue
-import threading
-import time
 from collections.abc import Callable
 from typing import Any, Literal, get_args
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter
+
+from monitor.worker import Worker
 
 log = structlog.get_logger("rag_monitor.faithfulness.phoenix")
 
@@ -26,6 +25,8 @@ AnnotationOutcome = Literal["written", "failed", "dropped"]
 BATCH_SIZE = 100
 FLUSH_INTERVAL_S = 1.0
 QUEUE_SIZE = 10_000
+DRAIN_S = 10.0  # at shutdown, what is queued is sent for this long, then counted dropped
+STALL_S = 60.0  # the first send imports the Phoenix client, which takes seconds
 
 
 def phoenix_spans_client(endpoint: str) -> Any:
@@ -53,12 +54,19 @@ class PhoenixAnnotator:
         self._endpoint = endpoint
         self._threshold = threshold
         self._metadata = metadata or {}
-        self._batch_size = batch_size
-        self._interval = flush_interval_s
         self._connect = connect
-        self._queue: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=queue_size)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._spans: Any = None
+        self._worker: Worker[dict[str, Any]] = Worker(
+            "phoenix_annotations",
+            handle=self._send_batch,
+            queue_size=queue_size,
+            batch_size=batch_size,
+            batch_wait_s=flush_interval_s,
+            tick_s=0.1,
+            drain_s=DRAIN_S,
+            stall_after_s=STALL_S,
+            registry=registry,
+        )
         self._failing = False
         counter = Counter(
             "rag_faithfulness_annotations",
@@ -80,34 +88,20 @@ class PhoenixAnnotator:
         }
         if self._metadata:
             annotation["metadata"] = self._metadata
-        try:
-            self._queue.put_nowait(annotation)
-        except queue.Full:
+        if not self._worker.offer(annotation):
             self._outcomes["dropped"].inc()
 
     def start(self) -> None:
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="phoenix-annotate", daemon=True)
-            self._thread.start()
+        self._worker.start()
 
-    def shutdown(self, timeout: float = 10.0) -> None:
-        """Send what is queued (within ``timeout``), then stop. Safe twice."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+    def shutdown(self) -> None:
+        """Send what is queued (within ``DRAIN_S``), then stop. Safe twice."""
+        self._worker.stop()
 
-    def _run(self) -> None:
-        spans: Any = None
-        while True:
-            batch = self._collect()
-            if batch:
-                if spans is None:
-                    spans = self._client()
-                self._send(spans, batch)
-            elif self._stop.is_set():
-                return
+    def _send_batch(self, batch: list[dict[str, Any]]) -> None:
+        if self._spans is None:
+            self._spans = self._client()
+        self._send(self._spans, batch)
 
     def _client(self) -> Any:
         try:
@@ -122,23 +116,6 @@ class PhoenixAnnotator:
                 hint="pip install arize-phoenix-client",
             )
             return None
-
-    def _collect(self) -> list[dict[str, Any]]:
-        batch: list[dict[str, Any]] = []
-        deadline = time.monotonic() + self._interval
-        while len(batch) < self._batch_size:
-            remaining = deadline - time.monotonic()
-            if self._stop.is_set():
-                remaining = 0.0  # shutting down: take what is there, do not wait
-            try:
-                batch.append(
-                    self._queue.get(timeout=remaining)
-                    if remaining > 0
-                    else self._queue.get_nowait()
-                )
-            except queue.Empty:
-                break
-        return batch
 
     def _send(self, spans: Any, batch: list[dict[str, Any]]) -> None:
         try:

@@ -105,7 +105,7 @@ class FaithfulnessDetector:
             queue_size=queue_size,
         )
         self.worker = worker or ScoringWorker(
-            config, self.sampler.queue, self._record, self._state, self._stats
+            config, self.sampler.queue, self._record, self._state, self._stats, registry=registry
         )
         if annotator is None and phoenix is not None and phoenix.enabled and phoenix.annotate:
             annotator = PhoenixAnnotator(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import queue
 import re
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import structlog
+from prometheus_client import CollectorRegistry
 
 from detectors.faithfulness.hhem import (
     HhemScorer,
@@ -33,6 +33,7 @@ from detectors.faithfulness.hhem import (
 from monitor.config import FaithfulnessConfig
 from monitor.sampler import Sampled
 from monitor.trace import RagTrace
+from monitor.worker import Worker
 
 if TYPE_CHECKING:
     from detectors.faithfulness.hhem import HhemCheckpoint
@@ -43,6 +44,9 @@ Outcome = Literal["scored", "no_claims", "refusal", "error"]
 WorkerState = Literal["loading", "ready", "missing", "failed", "stopped"]
 
 MAX_BATCH_WAIT_S = 0.05
+# Stop waits this long for the batch in progress; what is still queued is not scored.
+STOP_TIMEOUT_S = 30.0
+STALL_S = 120.0  # one batch on a CPU may take seconds; loading the model is not counted
 # A batch grows only while its padding stays under this share of its real tokens:
 # padded positions cost as much as real ones.
 MAX_PADDING_SHARE = 0.2
@@ -157,9 +161,9 @@ class ScoringWorker:
         on_stats: Callable[[WorkerStats], None] = lambda _: None,
         *,
         load: Callable[[HhemCheckpoint], HhemScorer] | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self._config = config
-        self._source = source
         self._on_evaluation = on_evaluation
         self._on_state = on_state
         self._on_stats = on_stats
@@ -167,22 +171,31 @@ class ScoringWorker:
         self._refusals = [re.compile(p, re.IGNORECASE) for p in config.refusal_patterns]
         self._cache = ScoreCache(config.cache_size)
         self._batch_size = config.batch_size or (1 if config.device.startswith("cpu") else 8)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._logged_failure = False
+        self._scorer: HhemScorer | None = None
         self.state: WorkerState = "loading"
+        self._worker: Worker[Sampled] = Worker(
+            "faithfulness",
+            handle=self._score_batch,
+            source=source,
+            batch_size=self._batch_size,
+            batch_wait_s=MAX_BATCH_WAIT_S,
+            tick_s=0.1,
+            setup=self._load_model,
+            finish=self._finish,
+            drain_s=0.0,
+            stop_timeout_s=STOP_TIMEOUT_S,
+            stall_after_s=STALL_S,
+            registry=registry,
+        )
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="faithfulness", daemon=True)
-            self._thread.start()
+        self._worker.start()
 
-    def shutdown(self, timeout: float = 30.0) -> None:
-        """Stop after the batch in progress; what is still queued is not scored. Safe twice."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+    def shutdown(self) -> None:
+        """Stop after the batch in progress; what is still queued is not scored but counted
+        dropped. Safe twice."""
+        self._worker.stop()
 
     @property
     def accepting(self) -> bool:
@@ -294,20 +307,21 @@ class ScoringWorker:
         self.state = state
         self._on_state(state)
 
-    def _run(self) -> None:
+    def _load_model(self) -> bool:
+        """On the worker's thread, before its loop: False ends the worker (no model)."""
         model = self._config.model
         try:
             checkpoint = read_checkpoint(model)
             started = time.perf_counter()
-            scorer = self._load(checkpoint)
+            self._scorer = self._load(checkpoint)
         except ModelMissingError as exc:
             log.warning("faithfulness_model_missing", model=model, how_to_fix=str(exc))
             self._set_state("missing")
-            return
+            return False
         except Exception:
             log.exception("faithfulness_model_failed", model=model)
             self._set_state("failed")
-            return
+            return False
         log.info(
             "faithfulness_model_loaded",
             model=model,
@@ -317,34 +331,23 @@ class ScoringWorker:
             seconds=round(time.perf_counter() - started, 2),
         )
         self._set_state("ready")
+        return True
+
+    def _score_batch(self, batch: list[Sampled]) -> None:
         import torch
 
+        assert self._scorer is not None
         with torch.inference_mode():
-            while not self._stop.is_set():
-                batch = self._collect()
-                if not batch:
-                    continue
-                try:
-                    evaluations = self.evaluate(scorer, batch)
-                except Exception:  # a bug here must not end the worker
-                    self._failure("faithfulness_evaluation_failed")
-                    evaluations = [Evaluation(s.trace, "error") for s in batch]
-                for evaluation in evaluations:
-                    self._on_evaluation(evaluation)
-        self._set_state("stopped")
-
-    def _collect(self) -> list[Sampled]:
-        try:
-            batch = [self._source.get(timeout=0.1)]
-        except queue.Empty:
-            return []
-        deadline = time.monotonic() + MAX_BATCH_WAIT_S
-        while len(batch) < self._batch_size:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
             try:
-                batch.append(self._source.get(timeout=remaining))
-            except queue.Empty:
-                break
-        return batch
+                evaluations = self.evaluate(self._scorer, batch)
+            except Exception:  # a bug here must not end the worker
+                self._failure("faithfulness_evaluation_failed")
+                evaluations = [Evaluation(s.trace, "error") for s in batch]
+        for evaluation in evaluations:
+            self._on_evaluation(evaluation)
+
+    def _finish(self) -> None:
+        if self._worker.state == "dead":
+            self._set_state("failed")
+        elif self.state == "ready":
+            self._set_state("stopped")

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from prometheus_client import CollectorRegistry
 
-from detectors.base import InlineDetector
+from monitor.detector import InlineDetector
 from monitor.sidecar import Sidecar
 from monitor.trace import RagTrace
 from tests.conformance.fake_openai import FakeOpenAI

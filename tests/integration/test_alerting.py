@@ -21,7 +21,7 @@ from genai_prices import Usage as PriceUsage
 from genai_prices import calc_price
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-from alerts.rules import RuleOptions, render_rules
+from alerts.rules import render_rules
 from monitor.config import Config
 from monitor.sidecar import Sidecar
 from tests.conftest import free_port, sample, wait_until
@@ -33,8 +33,14 @@ pytestmark = pytest.mark.integration
 StartSidecar = Callable[..., Sidecar]
 JOB = "rag-monitor"
 # A short rate window keeps the p95 responsive enough for a test of about a minute.
-TEST_RULES = RuleOptions(window="15s")
+TEST_WINDOW = "15s"
 GENERATE_SLO_S = 0.5
+
+
+def with_test_window(config: Config) -> Config:
+    """``config`` with the short ``guardrails.window`` of these tests."""
+    guardrails = config.guardrails.model_copy(update={"window": TEST_WINDOW})
+    return config.model_copy(update={"guardrails": guardrails})
 
 
 def binary(name: str) -> str:
@@ -295,10 +301,16 @@ def test_slow_generate_stage_fires_then_resolves_at_the_webhook(
     """Slow generate spans fire RagStageLatencySLOBreach at the webhook; fast ones resolve it."""
     sidecar = start_sidecar()
     config = Config.model_validate(
-        {"guardrails": {"for": "0s", "latency_p95_slo_s": {"generate": GENERATE_SLO_S}}}
+        {
+            "guardrails": {
+                "for": "0s",
+                "latency_p95_slo_s": {"generate": GENERATE_SLO_S},
+                "window": TEST_WINDOW,
+            }
+        }
     )
     alertmanager = services.start_alertmanager(webhook.url)
-    services.start_prometheus(sidecar, render_rules(config, TEST_RULES), alertmanager=alertmanager)
+    services.start_prometheus(sidecar, render_rules(config), alertmanager=alertmanager)
     with SteadyTraffic(sidecar, generate_s=1.0) as traffic:
         firing = wait_until(
             lambda: webhook.alerts("RagStageLatencySLOBreach", "firing"), timeout=60, every=0.2
@@ -333,7 +345,7 @@ def test_prometheus_scrapes_the_latency_and_cost_sent(
 ) -> None:
     """Prometheus's /api/v1/query returns per-stage latency and cost sums equal to those sent."""
     sidecar = start_sidecar()
-    prometheus = services.start_prometheus(sidecar, render_rules(Config(), TEST_RULES))
+    prometheus = services.start_prometheus(sidecar, render_rules(with_test_window(Config())))
     endpoint = f"http://127.0.0.1:{sidecar.http.port}/v1/traces"  # type: ignore[union-attr]
     provider, tracer = tracer_for(OTLPSpanExporter(endpoint=endpoint))
     sent = [

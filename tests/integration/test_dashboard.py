@@ -18,11 +18,11 @@ from tests.conftest import sample, unique, wait_until
 from tests.hhem_checkpoint import build_checkpoint
 from tests.integration.test_alerting import (
     JOB,
-    TEST_RULES,
     Services,
     SteadyTraffic,
     query_series,
     services,
+    with_test_window,
 )
 from tests.integration.test_filter_exclusion import probe_request
 from tests.integration.test_kafka import Broker, broker, kafka_settings, rag_trace
@@ -104,10 +104,10 @@ def test_every_panel_query_returns_data_after_traffic(
         },
     )
     registry = sidecar.registry
-    prometheus = services.start_prometheus(sidecar, render_rules(sidecar.config, TEST_RULES))
+    config = with_test_window(sidecar.config)
+    prometheus = services.start_prometheus(sidecar, render_rules(config))
     queries = [
-        (title, grafana_expr(expr))
-        for title, expr in panel_queries(build_dashboard(sidecar.config, TEST_RULES))
+        (title, grafana_expr(expr)) for title, expr in panel_queries(build_dashboard(config))
     ]
     assert not [expr for _, expr in queries if "$" in expr]
 

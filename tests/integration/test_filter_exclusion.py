@@ -190,7 +190,7 @@ def test_worked_example_over_kafka_records_and_labels_topic(
                 "topics": {"traces": [traces], "labels": labels, "feedback": None},
                 "format": "rag_trace_json",
                 "dead_letter_topic": dlq,
-                "security": {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000},
+                "consumer": {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000},
             }
         }
     )

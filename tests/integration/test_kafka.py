@@ -47,7 +47,7 @@ MakeProcess = Callable[..., SidecarProcess]
 
 # Tansu answers a group's first JoinGroup after half the session timeout: 22.5 s
 # with kafka-python's 45 s default, 3 s with this. A short session also lets the
-# group drop a killed member quickly. ``security`` passes any kafka-python setting.
+# group drop a killed member quickly.
 CONSUMER_SETTINGS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
 
 
@@ -262,7 +262,7 @@ def kafka_settings(
         "group_id": unique("group"),
         "topics": {"traces": traces, "labels": labels, "feedback": feedback},
         "dead_letter_topic": unique("dlq"),
-        "security": CONSUMER_SETTINGS,
+        "consumer": CONSUMER_SETTINGS,
     }
 
 
@@ -694,7 +694,7 @@ def test_broker_down_retries_keep_serving_and_leave_no_network_threads(
 ) -> None:
     """Failed connection attempts are retried; none leaves kafka-python's IO thread behind."""
     settings = kafka_settings(f"127.0.0.1:{free_port()}", [unique("traces")])
-    settings["security"] = {**CONSUMER_SETTINGS, "bootstrap_timeout_ms": 300}
+    settings["consumer"] = {**CONSUMER_SETTINGS, "bootstrap_timeout_ms": 300}
 
     def io_threads() -> int:  # kafka-python 3 names its network threads so
         return sum(t.name.startswith("kafka-io") for t in threading.enumerate())

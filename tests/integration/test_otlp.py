@@ -262,9 +262,10 @@ def test_metrics_health_and_readiness_endpoints(start_sidecar: StartSidecar) -> 
         text = response.read().decode()
     assert "# TYPE rag_stage_latency_seconds histogram" in text
     assert 'rag_monitor_queue_depth{queue="ingest"}' in text
+    assert 'rag_monitor_worker_up{worker="pipeline"} 1.0' in text
     with urllib.request.urlopen(f"{base}/readyz") as response:
         assert orjson.loads(response.read()) == {
-            "ready": True, "checks": {"otlp_http": True, "otlp_grpc": True},
+            "ready": True, "checks": {"pipeline": True, "otlp_http": True, "otlp_grpc": True},
         }  # fmt: skip
     with urllib.request.urlopen(f"{base}/healthz") as response:
         assert response.status == 200

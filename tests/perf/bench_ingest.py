@@ -329,7 +329,7 @@ def sidecar_consume(
         "bootstrap_servers": bootstrap,
         "group_id": f"bench-{name}",  # a new group reads from the earliest offset
         "topics": {"traces": [topic], "labels": None, "feedback": None},
-        "security": {"check_crcs": check_crcs},
+        "consumer": {"check_crcs": check_crcs},
     }
     config = sidecar_config(kafka=kafka)
     with running_sidecar(directory, config, name) as sidecar:

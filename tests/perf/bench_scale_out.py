@@ -52,7 +52,7 @@ def run(bootstrap: str, records: list[bytes], replicas: int, directory: Path) ->
         "group_id": unique("bench-group"),
         "topics": {"traces": [topic], "labels": None, "feedback": None},
         "format": "otlp_proto",
-        "security": CONSUMER_SETTINGS,
+        "consumer": CONSUMER_SETTINGS,
     }
     config = {"collectors": {"kafka": settings}, "detectors": {"drift": {"backend": "scipy"}}}
     sidecars = [

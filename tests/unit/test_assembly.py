@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collectors.assembly import SpanAssembler, Ticket
+from collectors.assembly import SpanAssembler
 from collectors.otlp import Span
+from monitor.pipeline import Ticket
 
 
 def span(trace: str, span_id: str, parent: str | None = None) -> Span:

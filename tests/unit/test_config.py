@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -136,3 +137,51 @@ def test_check_config_cli_reports_errors_and_exit_code(tmp_path: Path) -> None:
     assert good.returncode == 0, good.stderr
     assert "valid" in good.stdout
     assert "detectors.drift.backend" in good.stdout
+
+
+def _at(document: Any, key: str) -> Any:
+    for part in key.split("."):
+        document = document[part]
+    return document
+
+
+def test_explain_prints_the_defaults_the_models_have() -> None:
+    """Every leaf default printed by --explain equals Config()'s value at that key path."""
+    defaults = Config().model_dump(by_alias=True)
+    leaves = {}
+    for line in explain():
+        head = line.rsplit("  # ", 1)[0]
+        if not head.endswith(":"):  # "key:" alone heads a section
+            key, value = head.split(": ", 1)
+            leaves[key] = value
+    assert {"guardrails.for", "collectors.kafka.consumer", "detectors.drift.backend"} <= set(leaves)
+    assert leaves == {key: repr(_at(defaults, key)) for key in leaves}
+    assert leaves["collectors.otlp.http.port"] == "4318"
+    assert leaves["collectors.otlp.grpc.port"] == "4317"
+    assert leaves["service.metrics.port"] == "9464"
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "problem"),
+    [
+        ("service: {tenant_labels: [acme]}", "service.tenant_labels: unknown key"),
+        ("collectors: {phoenix: {project: default}}", "collectors.phoenix.project: unknown key"),
+    ],
+    ids=["tenant_labels", "phoenix-project"],
+)
+def test_removed_keys_are_unknown(tmp_path: Path, yaml_text: str, problem: str) -> None:
+    """Keys that never did anything are refused as unknown, not silently accepted."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert caught.value.problems == [problem]
+
+
+def test_drift_defaults_to_scipy_and_explain_names_the_alibi_licence() -> None:
+    """backend defaults to scipy; --explain tells that alibi-detect is BSL 1.1 (Seldon licence)."""
+    assert Config().detectors.drift.backend == "scipy"
+    (line,) = [line for line in explain() if line.startswith("detectors.drift.backend:")]
+    assert line.startswith("detectors.drift.backend: 'scipy'  # ")
+    assert "Business Source License 1.1" in line
+    assert "Seldon licence" in line

@@ -13,10 +13,11 @@ from prometheus_client import CollectorRegistry
 
 from detectors.drift.detector import SIGNAL, DriftDetector
 from detectors.drift.reference import set_reference
-from detectors.drift.report import build_report, parse_period, write_report
+from detectors.drift.report import build_report, write_report
 from detectors.drift.scipy_backend import ScipyMmd
 from detectors.drift.store import DriftStore
 from monitor.config import Config, DriftConfig
+from monitor.durations import parse_duration
 from monitor.trace import RagTrace
 from tests.conftest import sample, wait_until
 
@@ -154,7 +155,7 @@ def test_restart_keeps_reference_and_history_and_the_report_reads_them(tmp_path:
     assert len(store.references()) == 1
     tests = store.tests(0)
     assert [t.is_drift for t in tests] == [False, True]
-    report = build_report(store, Config(), parse_period("7d"))
+    report = build_report(store, Config(), parse_duration("7d"))
     store.close()
     assert report.recent_vectors == 2 * 64
     grown = max(report.clusters, key=lambda c: c.change)
@@ -218,7 +219,7 @@ def test_set_reference_from_file_and_window_is_picked_up_by_a_running_detector(
     detector.shutdown()
 
     store = DriftStore(tmp_path, create=False)
-    report = build_report(store, Config(), parse_period("1d"))
+    report = build_report(store, Config(), parse_duration("1d"))
     store.close()
     assert len(report.stability) == 1
     assert report.stability[0].comparable

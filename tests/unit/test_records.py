@@ -116,3 +116,29 @@ def test_feedback_kinds_are_checked() -> None:
     ]
     with pytest.raises(InvalidRecord, match="kind"):
         parse_feedback(b'{"trace_id": "ab", "kind": "meh"}')
+
+
+def test_fields_the_collector_owns_are_not_taken_from_the_record() -> None:
+    """source, root_span_id and a context's tenant come from the collector and metadata, not JSON."""
+    body = _with(
+        source="phoenix",
+        root_span_id=5,
+        contexts=[{"doc_id": "d2", "tenant": 7, "metadata": {"tenant": "acme"}}, {"doc_id": "d9"}],
+    )
+    trace = parse_rag_trace(body, "otlp")
+    assert (trace.source, trace.root_span_id) == ("otlp", None)
+    assert [c.tenant for c in trace.contexts] == ["acme", None]
+
+
+def test_ids_are_lowercased_and_a_naive_time_is_utc() -> None:
+    """An upper-case hex trace id is stored lower-case; a time without zone is read as UTC."""
+    trace = parse_rag_trace(_with(trace_id="4BF92F35", time="2026-12-02T14:00:00"), "kafka")
+    assert trace.trace_id == "4bf92f35"
+    assert trace.time.isoformat() == "2026-12-02T14:00:00+00:00"
+
+
+def test_every_error_is_counted_after_the_first() -> None:
+    """The reason names the first bad field (the schema first) and counts the others."""
+    with pytest.raises(InvalidRecord) as caught:
+        parse_rag_trace(_with(schema="rag-trace/2", trace_id="", retrieved="d1"), "kafka")
+    assert str(caught.value) == "schema: Input should be 'rag-trace/1' (+2 more)"

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts.rules import RuleOptions, build_rules, render_rules
-from monitor.config import Config
+from alerts.rules import build_rules, render_rules
+from monitor.config import Config, ConfigError, load_config
 from tests.conftest import REPO
 
 ALERTS_DIR = REPO / "alerts"
@@ -148,23 +148,30 @@ def test_config_sets_thresholds_stages_and_for(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("options", "message"),
+    ("key", "value", "problem"),
     [
-        ({"window": "5 minutes"}, "window must be a Prometheus duration"),
-        ({"baseline": "week"}, "baseline must be a Prometheus duration"),
-        ({"min_events": 0}, "min_events must be at least 1"),
+        ("window", "5 minutes", "guardrails.window: Value error, '5 minutes' is not a duration"),
+        (
+            "sample_window",
+            "1.5h",
+            "guardrails.sample_window: Value error, '1.5h' is not a duration",
+        ),
+        ("baseline", "week", "guardrails.baseline: Value error, 'week' is not a duration"),
+        ("min_events", "0", "guardrails.min_events: Input should be greater than or equal to 1"),
     ],
-    ids=["window", "baseline", "min_events"],
+    ids=["window", "sample_window", "baseline", "min_events"],
 )
-def test_bad_options_are_refused(options: dict[str, Any], message: str) -> None:
-    """Malformed windows or evidence counts raise ValueError naming the option."""
-    with pytest.raises(ValueError, match=message):
-        RuleOptions(**options)
+def test_bad_rule_settings_are_refused(key: str, value: str, problem: str) -> None:
+    """Malformed windows or evidence counts are config errors naming the guardrails key."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(environ={f"RAG_MONITOR_GUARDRAILS__{key.upper()}": value})
+    assert len(caught.value.problems) == 1
+    assert caught.value.problems[0].startswith(problem)
 
 
-def test_window_option_renames_recordings_consistently() -> None:
+def test_window_setting_renames_recordings_consistently() -> None:
     """A 15s window renames the recordings and every alert refers to the renamed ones."""
-    text = render_rules(Config(), RuleOptions(window="15s"))
+    text = render_rules(Config.model_validate({"guardrails": {"window": "15s"}}))
     assert "rag:stage_latency_seconds:p95_15s" in text
     assert "p95_5m" not in text
     assert "[5m]" not in text

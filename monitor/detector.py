@@ -1,4 +1,4 @@
-"""The detector protocol: cheap detectors observe every trace inline."""
+"""The detector contract of the core: what the pipeline calls on every detector."""
 
 from __future__ import annotations
 

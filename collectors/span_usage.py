@@ -1,0 +1,81 @@
+"""Token usage of LLM, embedding and reranker spans, each model call counted once."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from collectors.otlp import Span
+from collectors.span_text import count, text
+from monitor.trace import Usage
+
+
+def calls_counted_once(generations: Sequence[Span], spans: Sequence[Span]) -> Sequence[Span]:
+    """The generation spans whose usage counts: a wrapper span (LlamaIndex ``predict``
+    around ``complete``) whose token counts equal the sum of its nested generation
+    spans' reports the same calls again, so only the nested spans count."""
+    if len(generations) < 2:
+        return generations
+    ids = {span.span_id for span in generations}
+    parents = {span.span_id: span.parent_span_id for span in spans}
+    nested: dict[str, list[Span]] = {}
+    for span in generations:
+        # The nearest generation ancestor, through spans of other kinds.
+        parent = span.parent_span_id
+        for _ in range(len(spans)):
+            if parent is None or parent in ids:
+                break
+            parent = parents.get(parent)
+        if parent in ids:
+            nested.setdefault(parent, []).append(span)
+    counted = []
+    for span in generations:
+        children = nested.get(span.span_id)
+        if children and _tokens(span) == tuple(map(sum, zip(*map(_tokens, children), strict=True))):
+            continue
+        counted.append(span)
+    return counted
+
+
+def _tokens(span: Span) -> tuple[int, int]:
+    usage = llm_usage(span.attributes)
+    return usage.prompt_tokens, usage.completion_tokens
+
+
+def llm_usage(attributes: Mapping[str, Any]) -> Usage:
+    model = text(attributes.get("llm.model_name")) or text(
+        attributes.get("gen_ai.response.model")
+    ) or text(attributes.get("gen_ai.request.model"))  # fmt: skip
+    prompt = count(attributes.get("llm.token_count.prompt"))
+    completion = count(attributes.get("llm.token_count.completion"))
+    return Usage(
+        model=model or "unknown",
+        provider=provider(attributes),
+        prompt_tokens=prompt or count(attributes.get("gen_ai.usage.input_tokens")),
+        completion_tokens=completion or count(attributes.get("gen_ai.usage.output_tokens")),
+    )
+
+
+def embedding_usage(attributes: Mapping[str, Any]) -> Usage | None:
+    model = (
+        text(attributes.get("embedding.model_name"))
+        or text(attributes.get("gen_ai.response.model"))
+        or text(attributes.get("gen_ai.request.model"))
+    )
+    tokens = (
+        count(attributes.get("llm.token_count.prompt"))
+        or count(attributes.get("llm.token_count.total"))
+        or count(attributes.get("gen_ai.usage.input_tokens"))
+    )
+    if model is None or not tokens:
+        return None
+    return Usage(model, provider(attributes), embedding_tokens=tokens)
+
+
+def provider(attributes: Mapping[str, Any]) -> str | None:
+    return (
+        text(attributes.get("llm.provider"))
+        or text(attributes.get("llm.system"))
+        or text(attributes.get("gen_ai.provider.name"))
+        or text(attributes.get("gen_ai.system"))
+    )
