@@ -1,48 +1,77 @@
-"""Prometheus recording and alerting rules generated from the guardrail configuration.
+"""Prometheus recording and alerting rules, assembled from the components' fragments.
 
 ``build_rules`` returns the rule-file document (``{"groups": [...]}``) and
 ``render_rules`` its YAML, which ``rag-monitor rules`` prints.
 
-Two groups: ``rag-monitor.recording`` turns the sidecar's counters and
-histograms into per-job ratios and quantiles, ``rag-monitor.alerts`` compares
-them with the guardrails. Every ratio alert also demands ``guardrails.min_events``
-events of its denominator inside the window: an empty or thin window must stay
-silent instead of firing on 0/0 or on one unlucky answer. The sampled signals
-(faithfulness, filter false exclusions on golden probes) see few events per
-minute, so they use the longer ``guardrails.sample_window``.
-
-Alerts carry ``severity`` (``page``: a person acts now; ``ticket``: work for the
-next business day) and the annotations ``summary``, ``description`` and
-``runbook``, an anchor into the README's runbook section (the README heading
-``### RagFaithfulnessLow`` is the anchor ``#ragfaithfulnesslow``).
+Each registered detector component (``monitor.components``) contributes a
+``RuleFragment`` built from its own config section and ``guardrails``; the
+sidecar's own health rules (``alerts.health``) come last. Two groups:
+``rag-monitor.recording`` turns the sidecar's counters and histograms into
+per-job ratios and quantiles, ``rag-monitor.alerts`` compares them with the
+guardrails. Every ratio alert also demands ``guardrails.min_events`` events of
+its denominator inside the window: an empty or thin window must stay silent
+instead of firing on 0/0 or on one unlucky answer.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import yaml
 
-from monitor.config import Config, GuardrailsConfig
+from alerts import health
+from monitor.components import DetectorComponent, RuleFragment, load_components
+from monitor.config import Config
 
-Severity = Literal["page", "ticket"]
+RULE_FILE = "rules.yaml"  # the name the promtool test files load (``rule_files:``)
 
 
-def build_rules(config: Config) -> dict[str, Any]:
-    """The rule-file document for ``config``'s guardrails (thresholds, windows, job)."""
-    names = RuleNames(config.guardrails)
+def component_section(config: Config, component: DetectorComponent) -> Any:
+    """The component's validated section under ``detectors:`` (None when it has none)."""
+    return getattr(config.detectors, component.name, None)
+
+
+def rule_fragments(
+    config: Config, components: Sequence[DetectorComponent] | None = None
+) -> list[tuple[str, RuleFragment]]:
+    """(owner, fragment) for every component by ``order``, then the sidecar's own."""
+    chosen = load_components() if components is None else components
+    fragments = [(c.name, c.rules(component_section(config, c), config.guardrails)) for c in chosen]
+    return [*fragments, ("monitor", health.rules(config.guardrails))]
+
+
+def build_rules(
+    config: Config, components: Sequence[DetectorComponent] | None = None
+) -> dict[str, Any]:
+    """The rule-file document for ``config`` (thresholds, windows, job) from the registered
+    components (or ``components``) and the sidecar's own rules."""
+    fragments = [fragment for _, fragment in rule_fragments(config, components)]
     return {
         "groups": [
-            {"name": "rag-monitor.recording", "rules": _recording_rules(names, config.guardrails)},
-            {"name": "rag-monitor.alerts", "rules": _Alerts(config.guardrails, names).rules()},
+            {
+                "name": "rag-monitor.recording",
+                "rules": [rule for fragment in fragments for rule in fragment.recording],
+            },
+            {
+                "name": "rag-monitor.alerts",
+                "rules": [rule for fragment in fragments for rule in fragment.alerting],
+            },
         ]
     }
 
 
-def render_rules(config: Config, *, kubernetes: bool = False) -> str:
+def render_rules(
+    config: Config,
+    *,
+    kubernetes: bool = False,
+    components: Sequence[DetectorComponent] | None = None,
+) -> str:
     """``build_rules(config)`` as a Prometheus rule file (YAML), or with
     ``kubernetes`` as a Prometheus Operator ``PrometheusRule`` object."""
-    document = build_rules(config)
+    document = build_rules(config, components)
     command = "rag-monitor rules --kubernetes" if kubernetes else "rag-monitor rules"
     if kubernetes:
         document = {
@@ -64,288 +93,22 @@ def render_rules(config: Config, *, kubernetes: bool = False) -> str:
     )
 
 
-class RuleNames:
-    """Recording-rule names, ``level:metric:operations`` with the window in the operation."""
+def write_promtool_suite(
+    config: Config, directory: Path, components: Sequence[DetectorComponent] | None = None
+) -> list[Path]:
+    """Write the rule file and a copy of every fragment's promtool test file into
+    ``directory`` (the tests load ``rules.yaml`` beside them); return the test files.
 
-    def __init__(self, guardrails: GuardrailsConfig) -> None:
-        window, sample_window = guardrails.window, guardrails.sample_window
-        baseline = guardrails.baseline
-        self.stage_p95 = f"rag:stage_latency_seconds:p95_{window}"
-        self.false_exclusion_ratio = f"rag:filter_false_exclusions:ratio_rate{sample_window}"
-        self.faithfulness_pass_ratio = f"rag:faithfulness_pass:ratio_rate{sample_window}"
-        regeneration = "rag:regenerations_per_request"
-        self.regeneration_ratio = f"{regeneration}:ratio_rate{window}"
-        self.regeneration_mean = f"{regeneration}:avg{baseline}_ratio_rate{window}"
-        self.regeneration_stddev = f"{regeneration}:stddev{baseline}_ratio_rate{window}"
-        self.cost_per_query = f"rag:request_cost_usd:mean{window}"
-
-
-def _sum_rate(selector: str, window: str, by: str = "job") -> str:
-    return f"sum by ({by}) (rate({selector}[{window}]))"
-
-
-def _sum_increase(selector: str, window: str, by: str = "job") -> str:
-    return f"sum by ({by}) (increase({selector}[{window}]))"
-
-
-def _ratio(numerator: str, denominator: str) -> str:
-    # "> 0" drops windows without a denominator: no series instead of NaN or +Inf.
-    return f"{numerator}\n/\n({denominator} > 0)"
-
-
-def _recording_rules(names: RuleNames, guardrails: GuardrailsConfig) -> list[dict[str, str]]:
-    window, sample_window = guardrails.window, guardrails.sample_window
-    requests = "rag_requests_total"
-    regenerations = _sum_rate('rag_feedback_events_total{kind="regenerate"}', window)
-    return [
-        {
-            "record": names.stage_p95,
-            "expr": "histogram_quantile(0.95, "
-            + _sum_rate("rag_stage_latency_seconds_bucket", window, by="job, stage, le")
-            + ")",
-        },
-        {
-            "record": names.false_exclusion_ratio,
-            "expr": _ratio(
-                _sum_rate("rag_filter_false_exclusions_total", sample_window),
-                _sum_rate("rag_filter_eligible_queries_total", sample_window),
-            ),
-        },
-        {
-            "record": names.faithfulness_pass_ratio,
-            "expr": "1 - (\n"
-            + _ratio(
-                _sum_rate("rag_faithfulness_below_threshold_total", sample_window),
-                _sum_rate('rag_faithfulness_evaluations_total{outcome="scored"}', sample_window),
-            )
-            + "\n)",
-        },
-        {
-            # Recorded only for windows with enough requests: thin windows would
-            # widen the baseline band with noise. A job without any regenerate
-            # event yet records 0, not nothing, so the baseline sees quiet periods.
-            "record": names.regeneration_ratio,
-            "expr": f"(\n  {regenerations}\n  or {_sum_rate(requests, window)} * 0\n)\n/\n"
-            f"({_sum_rate(requests, window)} > 0)\n"
-            f"and on (job)\n{_sum_increase(requests, window)} >= {guardrails.min_events}",
-        },
-        {
-            "record": names.regeneration_mean,
-            "expr": f"avg_over_time({names.regeneration_ratio}[{guardrails.baseline}])",
-        },
-        {
-            "record": names.regeneration_stddev,
-            "expr": f"stddev_over_time({names.regeneration_ratio}[{guardrails.baseline}])",
-        },
-        {
-            "record": names.cost_per_query,
-            "expr": _ratio(
-                _sum_rate("rag_request_cost_usd_sum", window),
-                _sum_rate("rag_request_cost_usd_count", window),
-            ),
-        },
-    ]
-
-
-def _percent(ratio: float) -> str:
-    return f"{ratio * 100:g}%"
-
-
-class _Alerts:
-    """The alerting rules; one method per alert, in the order of DESIGN.md."""
-
-    def __init__(self, guardrails: GuardrailsConfig, names: RuleNames) -> None:
-        self.guardrails = guardrails
-        self.names = names
-        self.window = guardrails.window
-        self.sample_window = guardrails.sample_window
-        self.baseline = guardrails.baseline
-        self.min_events = guardrails.min_events
-        self.job = guardrails.job
-        self.runbook_base = guardrails.runbook_base
-
-    def rules(self) -> list[dict[str, Any]]:
-        return [
-            self.faithfulness_low(),
-            *self.stage_latency_slo_breach(),
-            self.filter_false_exclusion_high(),
-            self.regeneration_rate_anomalous(),
-            self.cost_per_query_high(),
-            self.query_drift_detected(),
-            self.entitlement_violation(),
-            self.monitor_down(),
-            self.monitor_dead_letters(),
-            self.monitor_shedding_samples(),
-        ]
-
-    def _alert(
-        self,
-        name: str,
-        expr: str,
-        *,
-        severity: Severity,
-        summary: str,
-        description: str,
-        for_: str | None = None,
-        labels: dict[str, str] | None = None,
-    ) -> dict[str, Any]:
-        return {
-            "alert": name,
-            "expr": expr,
-            "for": self.guardrails.for_ if for_ is None else for_,
-            "labels": {"severity": severity, **(labels or {})},
-            "annotations": {
-                "summary": summary,
-                "description": description,
-                "runbook": f"{self.runbook_base}#{name.lower()}",
-            },
-        }
-
-    def _enough(self, selector: str, window: str, by: str = "job") -> str:
-        return f"and on ({by})\n{_sum_increase(selector, window, by)} >= {self.min_events}"
-
-    def faithfulness_low(self) -> dict[str, Any]:
-        minimum = self.guardrails.faithfulness_min
-        scored = 'rag_faithfulness_evaluations_total{outcome="scored"}'
-        return self._alert(
-            "RagFaithfulnessLow",
-            f"{self.names.faithfulness_pass_ratio} < {minimum}\n"
-            + self._enough(scored, self.sample_window),
-            severity="page",
-            summary=f"Fewer than {_percent(minimum)} of sampled answers are faithful "
-            "({{ $labels.job }})",
-            description=f"Over the last {self.sample_window}, {{{{ $value | humanizePercentage }}}}"
-            " of the answers scored by HHEM reached the faithfulness threshold; the guardrail is "
-            f"{_percent(minimum)}. Answers are drifting away from the retrieved evidence.",
-        )
-
-    def stage_latency_slo_breach(self) -> list[dict[str, Any]]:
-        rules = []
-        for stage, slo in sorted(self.guardrails.latency_p95_slo_s.items()):
-            selector = f'{{stage="{stage}"}}'
-            rules.append(
-                self._alert(
-                    "RagStageLatencySLOBreach",
-                    f"{self.names.stage_p95}{selector} > {slo}\n"
-                    + self._enough(
-                        f"rag_stage_latency_seconds_count{selector}", self.window, "job, stage"
-                    ),
-                    severity="page",
-                    summary=f"p95 latency of the {stage} stage is above its {slo:g}s SLO "
-                    "({{ $labels.job }})",
-                    description=f"The p95 of the {stage} stage over the last {self.window} is "
-                    f"{{{{ $value | humanizeDuration }}}}; the SLO is {slo:g}s.",
-                    labels={"slo_seconds": f"{slo:g}"},
-                )
-            )
-        return rules
-
-    def filter_false_exclusion_high(self) -> dict[str, Any]:
-        maximum = self.guardrails.false_exclusion_max
-        return self._alert(
-            "RagFilterFalseExclusionHigh",
-            f"{self.names.false_exclusion_ratio} > {maximum}\n"
-            + self._enough("rag_filter_eligible_queries_total", self.sample_window),
-            severity="ticket",
-            summary=f"Relevance filters drop gold documents in more than {_percent(maximum)} of "
-            "labelled queries ({{ $labels.job }})",
-            description=f"Over the last {self.sample_window}, {{{{ $value | humanizePercentage }}}}"
-            " of the queries with known gold documents lost one to a relevance filter (locale, "
-            f"recency, category); the guardrail is {_percent(maximum)}.",
-        )
-
-    def regeneration_rate_anomalous(self) -> dict[str, Any]:
-        sigma = self.guardrails.regeneration_band_sigma
-        names = self.names
-        band = f"{sigma:g} * {names.regeneration_stddev}"
-        # The current ratio is recorded only with min_events requests in its
-        # window; a zero stddev (no history yet, or a constant series) is no band.
-        return self._alert(
-            "RagRegenerationRateAnomalous",
-            f"(\n  {names.regeneration_ratio}\n  > on (job) {names.regeneration_mean} + {band}\n"
-            f"or\n  {names.regeneration_ratio}\n  < on (job) {names.regeneration_mean} - {band}\n"
-            f")\nand on (job)\n{names.regeneration_stddev} > 0",
-            severity="ticket",
-            summary="Regeneration rate is outside its control band ({{ $labels.job }})",
-            description=f"{{{{ $value | humanizePercentage }}}} of the requests in the last "
-            f"{self.window} were regenerated, outside the band of the mean +/- {sigma:g} "
-            f"standard deviations of the last {self.baseline}.",
-        )
-
-    def cost_per_query_high(self) -> dict[str, Any]:
-        budget = self.guardrails.cost_per_query_max_usd
-        return self._alert(
-            "RagCostPerQueryHigh",
-            f"{self.names.cost_per_query} > {budget}\n"
-            + self._enough("rag_request_cost_usd_count", self.window),
-            severity="ticket",
-            summary=f"Mean cost per query is above the {budget:g} USD budget "
-            "({{ $labels.job }})",
-            description=f"Requests in the last {self.window} cost "
-            f'{{{{ $value | printf "%.4f" }}}} USD each on average; the budget is {budget:g} USD.',
-        )
-
-    def query_drift_detected(self) -> dict[str, Any]:
-        # The value is the p-value, so the description can quote it.
-        return self._alert(
-            "RagQueryDriftDetected",
-            "rag_drift_p_value\nand on (job, instance, signal)\nrag_drift_detected == 1",
-            severity="ticket",
-            summary="Query embeddings drifted from the reference window ({{ $labels.job }})",
-            description="The MMD two-sample test on {{ $labels.signal }} rejects 'same "
-            'distribution\' (p = {{ $value | printf "%.3g" }}) on {{ $labels.instance }}.',
-        )
-
-    def entitlement_violation(self) -> dict[str, Any]:
-        return self._alert(
-            "RagEntitlementViolation",
-            f"{_sum_increase('rag_entitlement_violations_total', self.window)} > 0",
-            severity="page",
-            summary="A document of another tenant reached a caller ({{ $labels.job }})",
-            description='{{ $value | printf "%.0f" }} entitlement violation(s) in the last '
-            f"{self.window}: a context supplied to the generator belonged to a tenant other "
-            "than the caller's. Treat it as a security incident.",
-            for_="0s",
-        )
-
-    def monitor_down(self) -> dict[str, Any]:
-        up = f'up{{job="{self.job}"}}'
-        return self._alert(
-            "RagMonitorDown",
-            f"{up} == 0\nor\nabsent({up})",
-            severity="page",
-            summary="rag-monitor is not scraped ({{ $labels.job }})",
-            description="Prometheus cannot scrape the rag-monitor sidecar"
-            "{{ with $labels.instance }} {{ . }}{{ end }}, or has no target for it: every other "
-            "RAG alert, the entitlement alarm included, is blind meanwhile.",
-        )
-
-    def monitor_dead_letters(self) -> dict[str, Any]:
-        dead = 'rag_monitor_records_total{outcome="dead_lettered"}'
-        return self._alert(
-            "RagMonitorDeadLetters",
-            f"{_sum_increase(dead, self.window, 'job, collector')} > 0",
-            severity="ticket",
-            summary="rag-monitor dead-lettered records ({{ $labels.job }}, "
-            "{{ $labels.collector }})",
-            description='{{ $value | printf "%.0f" }} record(s) from the {{ $labels.collector }} '
-            f"collector could not be decoded in the last {self.window} and went to the dead "
-            "letters; the traces in them are missing from every metric.",
-            for_="0s",
-        )
-
-    def monitor_shedding_samples(self) -> dict[str, Any]:
-        dropped = 'rag_monitor_samples_total{outcome="dropped"}'
-        return self._alert(
-            "RagMonitorSheddingSamples",
-            f"{_sum_increase(dropped, self.window, 'job, detector')} > 0",
-            severity="ticket",
-            summary="rag-monitor sheds samples of the {{ $labels.detector }} detector "
-            "({{ $labels.job }})",
-            description='{{ $value | printf "%.0f" }} sampled trace(s) for '
-            f"{{{{ $labels.detector }}}} were dropped in the last {self.window} because its "
-            "queue was full; its metrics rest on a smaller sample than configured.",
-        )
+    Run them with ``promtool test rules <the returned files>``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / RULE_FILE).write_text(render_rules(config, components=components))
+    copies = []
+    for owner, fragment in rule_fragments(config, components):
+        for source in fragment.promtool_tests:
+            copy = directory / f"{owner}_{source.name}"
+            shutil.copyfile(source, copy)
+            copies.append(copy)
+    return copies
 
 
 class _RuleDumper(yaml.SafeDumper):

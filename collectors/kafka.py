@@ -26,9 +26,10 @@ from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from collectors.otlp import PayloadError, decode_otlp_json, decode_otlp_proto
-from collectors.records import InvalidRecord, parse_feedback, parse_labels, parse_rag_trace
+from collectors.records import parse_rag_trace
+from monitor.events import InvalidRecord, parse_feedback, parse_labels
 from monitor.kafka_config import KafkaConfig, PayloadFormat
-from monitor.pipeline import Events, Pipeline, SpanBatch, Ticket, WholeTrace, WorkItem
+from monitor.pipeline import Consumer, Events, SpanBatch, Ticket, WholeTrace, WorkItem
 from monitor.worker import Worker
 
 log = structlog.get_logger("rag_monitor.kafka")
@@ -157,10 +158,12 @@ class _OffsetTracker:
 class KafkaCollector:
     """Consumes the configured topics on its own thread."""
 
+    port: int | None = None  # a client: it listens on no port
+
     def __init__(
         self,
         config: KafkaConfig,
-        pipeline: Pipeline,
+        pipeline: Consumer,
         consumer_factory: Callable[..., KafkaConsumer] = KafkaConsumer,
         producer_factory: Callable[..., KafkaProducer] = KafkaProducer,
     ) -> None:

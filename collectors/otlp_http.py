@@ -18,8 +18,8 @@ import orjson
 from google.rpc.status_pb2 import Status
 
 from collectors.otlp import DecodedSpans, PayloadError, decode_otlp_json, decode_otlp_proto
-from collectors.records import InvalidRecord, parse_feedback, parse_labels
 from monitor.config import OtlpConfig
+from monitor.events import InvalidRecord, parse_feedback, parse_labels
 from monitor.pipeline import Consumer, Events, SpanBatch
 from monitor.server import HttpService, QuietHandler
 from monitor.trace import Event

@@ -1,1 +1,1 @@
-"""Detectors: one module each; cheap ones observe every trace inline."""
+"""Detectors: one package each, registered in the entry-point group ``rag_monitor.detectors``."""

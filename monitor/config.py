@@ -1,4 +1,7 @@
-"""Configuration: the YAML file of DESIGN.md, validated by pydantic.
+"""Configuration: the YAML file (README "Configuration"), validated by pydantic.
+
+The core sections are declared here; ``detectors:`` is assembled from the
+registered detector components' own config models.
 
 Every key has an environment override ``RAG_MONITOR_<SECTION>__<KEY>``
 (``__`` separates nesting levels); its value is read as a YAML scalar, so
@@ -7,25 +10,33 @@ Every key has an environment override ``RAG_MONITOR_<SECTION>__<KEY>``
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    ValidationError,
+    create_model,
+    field_validator,
+)
+from pydantic_core import CoreSchema
 
+from monitor.components import load_components
 from monitor.durations import Duration
 from monitor.kafka_config import KafkaConfig
+from monitor.section import Section
 
 ENV_PREFIX = "RAG_MONITOR_"
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-class Endpoint(_Section):
+class Endpoint(Section):
     host: str = Field("127.0.0.1", description="address to bind; loopback by default")
     port: int = Field(9464, ge=0, le=65535, description="TCP port (0 picks a free one)")
 
@@ -34,7 +45,7 @@ class Listener(Endpoint):
     enabled: bool = Field(True, description="start this receiver")
 
 
-class ServiceConfig(_Section):
+class ServiceConfig(Section):
     metrics: Endpoint = Field(
         default_factory=Endpoint, description="where /metrics, /healthz and /readyz are served"
     )
@@ -43,7 +54,7 @@ class ServiceConfig(_Section):
     )
 
 
-class OtlpConfig(_Section):
+class OtlpConfig(Section):
     http: Listener = Field(
         default_factory=lambda: Listener(port=4318),
         description="OTLP/HTTP: POST /v1/traces, /v1/labels, /v1/feedback",
@@ -59,19 +70,19 @@ class OtlpConfig(_Section):
     )
 
 
-class PhoenixConfig(_Section):
+class PhoenixConfig(Section):
     enabled: bool = Field(False, description="connect to Phoenix (for the annotations below)")
     endpoint: str = Field("http://127.0.0.1:6006", description="Phoenix base URL")
     annotate: bool = Field(True, description="write faithfulness scores back as annotations")
 
 
-class CollectorsConfig(_Section):
+class CollectorsConfig(Section):
     otlp: OtlpConfig = Field(default_factory=OtlpConfig, description="OTLP receivers")
     kafka: KafkaConfig = Field(default_factory=KafkaConfig, description="Kafka consumer")
     phoenix: PhoenixConfig = Field(default_factory=PhoenixConfig, description="Phoenix annotations")
 
 
-class AssemblyConfig(_Section):
+class AssemblyConfig(Section):
     grace_s: float = Field(2.0, ge=0, description="wait after the root span for late children")
     ttl_s: float = Field(60.0, gt=0, description="emit a trace without root after this (expired)")
     max_pending_traces: int = Field(
@@ -83,7 +94,7 @@ SpanKind = Literal["LLM", "RETRIEVER", "RERANKER", "EMBEDDING", "CHAIN", "AGENT"
 _RAG_SPAN_KINDS: list[SpanKind] = ["LLM", "RETRIEVER"]
 
 
-class MappingConfig(_Section):
+class MappingConfig(Section):
     """Where the span mapping finds each ``RagTrace`` field in traces it did not shape itself."""
 
     request_kinds: list[SpanKind] = Field(
@@ -124,167 +135,48 @@ class MappingConfig(_Section):
         return pointers
 
 
-class LatencyConfig(_Section):
-    window_s: float = Field(300, gt=0, description="sliding window of the quantile gauges")
-    quantiles: list[float] = Field(
-        default_factory=lambda: [0.5, 0.95, 0.99], description="quantiles exported per stage"
-    )
+class DetectorsConfig(Section):
+    """The ``detectors:`` section: one key per registered detector component with settings.
 
-    @field_validator("quantiles")
-    @classmethod
-    def _in_unit_interval(cls, quantiles: list[float]) -> list[float]:
-        if not all(0 < q < 1 for q in quantiles):
-            raise ValueError("every quantile must be in (0, 1)")
-        return quantiles
+    Its fields are not declared here: ``detectors_model`` assembles them from the
+    components' config models (``monitor/components.py``), so adding a detector
+    edits no core module. Attribute access is typed ``Any``: a detector reads its
+    own section through its own model's type.
+    """
 
+    if TYPE_CHECKING:
 
-class ModelPrice(_Section):
-    input_per_mtok: float = Field(0.0, ge=0, description="USD per million input tokens")
-    output_per_mtok: float = Field(0.0, ge=0, description="USD per million output tokens")
-    embedding_per_mtok: float = Field(0.0, ge=0, description="USD per million embedding tokens")
-    rerank_per_kunit: float = Field(0.0, ge=0, description="USD per thousand rerank units")
+        def __getattr__(self, name: str) -> Any: ...
 
 
-class CostConfig(_Section):
-    prices: Literal["genai-prices"] = Field("genai-prices", description="price table")
-    overrides: dict[str, ModelPrice] = Field(
-        default_factory=dict, description="model -> prices, for private deployments"
-    )
+@functools.cache
+def detectors_model() -> type[DetectorsConfig]:
+    """The ``detectors:`` model: a field per component whose config model has fields."""
+    fields: dict[str, Any] = {
+        component.name: (
+            component.config_model,
+            Field(default_factory=component.config_model, description=component.description),
+        )
+        for component in load_components()
+        if component.config_model.model_fields
+    }
+    return create_model("DetectorsConfig", __base__=DetectorsConfig, **fields)
 
 
-AlwaysSample = Literal["thumbs_down", "probe"]
+def _default_detectors() -> DetectorsConfig:
+    return detectors_model()()
 
 
-class FaithfulnessConfig(_Section):
-    enabled: bool = Field(True, description="score a sample of answers with HHEM")
-    model: str = Field(
-        "vectara/hallucination_evaluation_model",
-        description="hub id (read from the local cache) or a directory",
-    )
-    sample_rate: float = Field(0.02, gt=0, le=1, description="share of traces scored")
-    always_sample: list[AlwaysSample] = Field(
-        default_factory=lambda: list(get_args(AlwaysSample)), description="kinds always scored"
-    )
-    max_per_second: float = Field(5.0, gt=0, description="cap on scored traces per second")
-    threshold: float = Field(0.5, ge=0, le=1, description="score at or above: consistent")
-    granularity: Literal["answer", "sentence"] = Field("answer", description="unit scored")
-    batch_size: int | None = Field(
-        None, gt=0, description="pairs per model call (null: 1 on cpu, 8 on cuda)"
-    )
-    device: str = Field("cpu", description="torch device: cpu or cuda")
-    precision: Literal["fp32", "bf16", "int8"] = Field(
-        "fp32", description="weights: fp32, bf16, or int8 (dynamic int8 Linear layers, cpu only)"
-    )
-    threads: int | None = Field(
-        None, gt=0, description="torch intra-op threads (null: torch's default)"
-    )
-    max_premise_tokens: int = Field(
-        2048, gt=0, description="premise token budget; longer premises are cut and counted"
-    )
-    refusal_patterns: list[str] = Field(
-        default_factory=lambda: [
-            r"i (?:do not|don't|cannot|can't|am unable to|am not able to) "
-            r"(?:know|answer|find|help)",
-            r"i'm (?:not sure|unable to|not able to)",
-            r"(?:sorry|unfortunately),? (?:but )?i (?:do not|don't|cannot|can't)",
-            r"(?:there is|i have) (?:no|not enough) (?:information|context|data)",
-            r"the (?:provided |given )?(?:context|documents?|sources?) (?:does|do) not "
-            r"(?:contain|mention|say)",
-        ],
-        description="regexes (case-insensitive, matched at the answer's start) of refusals",
-    )
-    cache_size: int = Field(
-        10_000, ge=0, description="scores kept in an LRU cache by (premise, answer); 0: off"
-    )
+class _AssembledDetectors:
+    """Validates the ``detectors:`` section with the assembled model, built on first use."""
 
-    @field_validator("refusal_patterns")
-    @classmethod
-    def _compiles(cls, patterns: list[str]) -> list[str]:
-        import re
-
-        for pattern in patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from exc
-        return patterns
-
-    @field_validator("precision")
-    @classmethod
-    def _int8_on_cpu(cls, precision: str, info: Any) -> str:
-        if precision == "int8" and not str(info.data.get("device", "cpu")).startswith("cpu"):
-            raise ValueError("int8 runs on cpu only; use bf16 or fp32 on cuda")
-        return precision
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        return handler.generate_schema(detectors_model())
 
 
-class FilterExclusionConfig(_Section):
-    golden_set: Path | None = Field(None, description="JSON lines of probe_id and gold_doc_ids")
-    recall_k: list[int] = Field(default_factory=lambda: [5, 10], description="k of recall@k")
-    join_ttl_s: float = Field(3600, gt=0, description="how long labels and traces wait to join")
-    max_pending: int = Field(
-        50_000, gt=0, description="labels and traces each held for a join; the oldest go first"
-    )
-
-    @field_validator("recall_k")
-    @classmethod
-    def _distinct_positive(cls, recall_k: list[int]) -> list[int]:
-        if not recall_k or any(k < 1 for k in recall_k):
-            raise ValueError("every k must be a positive integer, and at least one is needed")
-        if len(set(recall_k)) != len(recall_k):
-            raise ValueError("duplicate k: each k may appear once")
-        return sorted(recall_k)
-
-
-class DriftConfig(_Section):
-    enabled: bool = Field(True, description="test query embeddings for drift")
-    backend: Literal["scipy", "alibi"] = Field(
-        "scipy",
-        description="MMD implementation: scipy (Apache-2.0, ours) or alibi (alibi-detect 0.12+ "
-        "is under the Business Source License 1.1: no production use without a Seldon licence)",
-    )
-    embedder: str | None = Field(None, description="null: use traced query vectors only")
-    reference_size: int = Field(1000, gt=1, description="vectors in the reference window")
-    window_size: int = Field(500, gt=1, description="vectors in each tested window")
-    test_every_records: int = Field(250, gt=0, description="new vectors between tests")
-    p_value: float = Field(0.05, gt=0, lt=1, description="significance level")
-    n_permutations: int = Field(100, gt=0, description="permutations per test")
-    keep_examples: bool = Field(
-        False, description="keep a bounded sample of query texts per window for the report"
-    )
-    online: bool = Field(
-        False, description="alibi only: MMDDriftOnline on every vector instead of window tests"
-    )
-    ert: float = Field(
-        1000.0, gt=1, description="online: expected vectors between false alarms (ERT)"
-    )
-    n_bootstraps: int = Field(
-        1000, gt=0, description="online: bootstrap samples that calibrate the thresholds"
-    )
-
-    @field_validator("online")
-    @classmethod
-    def _online_needs_alibi(cls, online: bool, info: Any) -> bool:
-        settings = info.data
-        if online and settings.get("backend") != "alibi":
-            raise ValueError("online: true needs backend: alibi (MMDDriftOnline)")
-        if online and settings.get("reference_size", 0) < 2 * settings.get("window_size", 0):
-            raise ValueError("online: true needs reference_size >= 2 * window_size")
-        return online
-
-
-class DetectorsConfig(_Section):
-    latency: LatencyConfig = Field(default_factory=LatencyConfig, description="stage latency")
-    cost: CostConfig = Field(default_factory=CostConfig, description="cost per query")
-    faithfulness: FaithfulnessConfig = Field(
-        default_factory=FaithfulnessConfig, description="sampled HHEM faithfulness"
-    )
-    filter_exclusion: FilterExclusionConfig = Field(
-        default_factory=FilterExclusionConfig, description="relevance-filter false exclusions"
-    )
-    drift: DriftConfig = Field(default_factory=DriftConfig, description="query-embedding drift")
-
-
-class GuardrailsConfig(_Section):
+class GuardrailsConfig(Section):
     faithfulness_min: float = Field(
         0.85, ge=0, le=1, description="share of sampled answers at or above threshold"
     )
@@ -309,7 +201,11 @@ class GuardrailsConfig(_Section):
     runbook_base: str = Field("README.md", description="document or URL of the runbook anchors")
 
 
-class Config(_Section):
+class Config(Section):
+    # The ``detectors`` schema needs the registered components: build it on first
+    # use, not at import, so that a component may import this module.
+    model_config = ConfigDict(defer_build=True)
+
     service: ServiceConfig = Field(default_factory=ServiceConfig, description="the sidecar")
     collectors: CollectorsConfig = Field(
         default_factory=CollectorsConfig, description="trace sources"
@@ -318,7 +214,9 @@ class Config(_Section):
     mapping: MappingConfig = Field(
         default_factory=MappingConfig, description="spans -> RagTrace: where each field is found"
     )
-    detectors: DetectorsConfig = Field(default_factory=DetectorsConfig, description="detectors")
+    detectors: Annotated[DetectorsConfig, _AssembledDetectors()] = Field(
+        default_factory=_default_detectors, description="detectors"
+    )
     guardrails: GuardrailsConfig = Field(
         default_factory=GuardrailsConfig, description="alert thresholds"
     )

@@ -9,7 +9,6 @@ view (or, without a TTY, a log line every 10 s) shows what the sidecar sees.
 from __future__ import annotations
 
 import json
-import operator
 import random
 import signal
 import sys
@@ -17,14 +16,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry
 
 from monitor.config import Config
-from monitor.sidecar import Sidecar
+from monitor.promql import REQUESTS_TOTAL
 
 log = structlog.get_logger("rag_monitor.demo")
 
@@ -239,99 +237,35 @@ class Snapshot:
 
     requests: float
     requests_per_s: float
-    quantiles: dict[str, dict[str, float]]
-    cost_per_query: float | None
-    guardrails: dict[str, str]
-
-
-# Counters whose change between two snapshots the view needs: (name, labels).
-_COUNTERS = {
-    "requests": ("rag_requests_total", {"source": "otlp"}),
-    "cost_sum": ("rag_request_cost_usd_sum", {}),
-    "cost_count": ("rag_request_cost_usd_count", {}),
-    "scored": ("rag_faithfulness_evaluations_total", {"outcome": "scored"}),
-    "below": ("rag_faithfulness_below_threshold_total", {}),
-    "eligible": ("rag_filter_eligible_queries_total", {}),
-    "excluded": ("rag_filter_false_exclusions_total", {}),
-    "regenerations": ("rag_feedback_events_total", {"kind": "regenerate"}),
-    "violations": ("rag_entitlement_violations_total", {}),
-}
-NO_EVIDENCE = "no evidence yet"
+    recorded: dict[str, float]  # the recording rules' series over the last interval
+    guardrails: dict[str, str]  # each alert's condition: ok, BREACH, no evidence yet, ...
 
 
 class Summarizer:
-    """Turns registry samples into a ``Snapshot``: rates over the interval since the last one,
-    the same arithmetic the alert rules do over counters."""
+    """Evaluates the generated rules (``rag-monitor rules`` for this config) on the
+    sidecar's registry over the interval since the last snapshot."""
 
-    def __init__(self, registry: CollectorRegistry, config: Config) -> None:
+    def __init__(self, registry: CollectorRegistry, rules: dict[str, Any]) -> None:
+        from monitor.rule_evaluation import RuleEvaluator
+
         self._registry = registry
-        self._config = config
+        self._rules = RuleEvaluator(rules, registry)
         self._last_time: float | None = None
-        self._last: dict[str, float] = dict.fromkeys(_COUNTERS, 0.0)
+        self._last_requests = 0.0
 
     def snapshot(self) -> Snapshot:
         now = time.monotonic()
-        values = {key: self._value(*series) for key, series in _COUNTERS.items()}
-        delta = {key: values[key] - self._last[key] for key in values}
+        requests = sum(
+            sample.value
+            for metric in self._registry.collect()
+            for sample in metric.samples
+            if sample.name == REQUESTS_TOTAL
+        )
         elapsed = None if self._last_time is None else max(now - self._last_time, 1e-9)
-        self._last, self._last_time = values, now
-        quantiles: dict[str, dict[str, float]] = {}
-        for metric in self._registry.collect():
-            if metric.name == "rag_stage_latency_window_seconds":
-                for s in metric.samples:
-                    quantiles.setdefault(s.labels["stage"], {})[s.labels["quantile"]] = s.value
-        cost = _share(delta["cost_sum"], delta["cost_count"])
-        return Snapshot(
-            requests=values["requests"],
-            requests_per_s=0.0 if elapsed is None else delta["requests"] / elapsed,
-            quantiles=quantiles,
-            cost_per_query=cost,
-            guardrails=self._guardrails(quantiles, cost, delta),
-        )
-
-    def _guardrails(
-        self, quantiles: dict[str, dict[str, float]], cost: float | None, delta: dict[str, float]
-    ) -> dict[str, str]:
-        limits = self._config.guardrails
-        states = {}
-        failing = _share(delta["below"], delta["scored"])
-        states[f"faithfulness pass share >= {limits.faithfulness_min:.0%}"] = _state(
-            None if failing is None else 1 - failing, lambda share: share < limits.faithfulness_min
-        )
-        for stage, slo in limits.latency_p95_slo_s.items():
-            states[f"p95 {stage} <= {slo}s"] = _state(
-                quantiles.get(stage, {}).get("0.95"), partial(operator.lt, slo)
-            )
-        states[f"false exclusions <= {limits.false_exclusion_max:.0%}"] = _state(
-            _share(delta["excluded"], delta["eligible"]),
-            lambda ratio: ratio > limits.false_exclusion_max,
-        )
-        regeneration = _share(delta["regenerations"], delta["requests"])
-        states["regeneration ratio"] = (
-            NO_EVIDENCE
-            if regeneration is None
-            else f"{regeneration:.1%} (the control band needs days of history)"
-        )
-        states[f"cost/query <= ${limits.cost_per_query_max_usd}"] = _state(
-            cost, lambda value: value > limits.cost_per_query_max_usd
-        )
-        drift = self._registry.get_sample_value("rag_drift_detected", {"signal": "query_embedding"})
-        states["query drift"] = _state(drift, lambda detected: detected == 1, breach="DRIFT")
-        states["entitlement"] = "VIOLATION" if delta["violations"] else "ok"
-        return states
-
-    def _value(self, name: str, labels: dict[str, str]) -> float:
-        return self._registry.get_sample_value(name, labels) or 0.0
-
-
-def _share(part: float, whole: float) -> float | None:
-    return part / whole if whole else None
-
-
-def _state(value: float | None, breached: Callable[[float], bool], breach: str = "BREACH") -> str:
-    if value is None:
-        return NO_EVIDENCE
-    return f"{breach} ({value:.4g})" if breached(value) else f"ok ({value:.4g})"
+        per_s = 0.0 if elapsed is None else (requests - self._last_requests) / elapsed
+        self._last_requests, self._last_time = requests, now
+        recorded, guardrails = self._rules.evaluate()
+        return Snapshot(requests, per_s, recorded, guardrails)
 
 
 def _table(snapshot: Snapshot, incident: Incident | None) -> Any:
@@ -343,20 +277,23 @@ def _table(snapshot: Snapshot, incident: Incident | None) -> Any:
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("requests", f"{snapshot.requests:.0f} ({snapshot.requests_per_s:.1f}/s)")
-    for stage, values in sorted(snapshot.quantiles.items()):
-        figures = " / ".join(
-            f"{values.get(q, float('nan')) * 1000:.0f}" for q in ("0.5", "0.95", "0.99")
-        )
-        table.add_row(f"{stage} p50/p95/p99 ms", figures)
-    cost = snapshot.cost_per_query
-    table.add_row("cost per query", "-" if cost is None else f"${cost:.5f}")
+    for series, value in snapshot.recorded.items():
+        table.add_row(series, f"{value:.4g}")
     for name, state in snapshot.guardrails.items():
-        table.add_row(f"guardrail {name}", state)
+        table.add_row(f"alert {name}", state)
     return table
 
 
-def run_demo(config: Config, duration_s: float | None) -> int:
-    """Run the sidecar and the synthetic service until ``duration_s`` or a signal."""
+def run_demo(
+    config: Config, duration_s: float | None, build_rules: Callable[[Config], dict[str, Any]]
+) -> int:
+    """Run the sidecar and the synthetic service until ``duration_s`` or a signal.
+
+    ``build_rules`` is ``rag-monitor rules``' generator (``alerts.rules.build_rules``):
+    the live view evaluates exactly the generated conditions, never its own copy.
+    """
+    from monitor.sidecar import Sidecar
+
     config = with_demo_settings(config)
     sidecar = Sidecar(config)
     sidecar.start()
@@ -377,7 +314,7 @@ def run_demo(config: Config, duration_s: float | None) -> int:
         rate_per_s=RATE_PER_S,
         duration_s=duration_s,
     )
-    summarizer = Summarizer(sidecar.registry, config)
+    summarizer = Summarizer(sidecar.registry, build_rules(config))
     deadline = time.monotonic() + duration_s if duration_s else float("inf")
     try:
         for snapshot in _views(summarizer, stop, deadline, service):
@@ -411,8 +348,7 @@ def _views(
             "demo_summary",
             requests=snapshot.requests,
             requests_per_s=round(snapshot.requests_per_s, 2),
-            p95_ms={s: round(v.get("0.95", 0.0) * 1000, 1) for s, v in snapshot.quantiles.items()},
-            cost_per_query_usd=snapshot.cost_per_query,
+            recorded={series: round(value, 6) for series, value in snapshot.recorded.items()},
             incident=incident.name if incident else None,
             guardrails=snapshot.guardrails,
         )

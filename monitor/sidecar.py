@@ -6,65 +6,35 @@ import gc
 import signal
 import threading
 from collections.abc import Sequence
-from typing import Protocol
 
 import structlog
 from prometheus_client import CollectorRegistry
 
-from detectors.cost import CostDetector
-from detectors.drift.detector import DriftDetector
-from detectors.faithfulness import FaithfulnessDetector
-from detectors.feedback import FeedbackDetector
-from detectors.filter_exclusion import FilterExclusionDetector
-from detectors.latency import LatencyDetector
+from monitor.components import (
+    BuildContext,
+    CollectorComponent,
+    Receiver,
+    load_collectors,
+    load_components,
+)
 from monitor.config import Config
 from monitor.detector import Detector
-from monitor.pipeline import Pipeline, PipelineMetrics
+from monitor.pipeline import Pipeline, PipelineMetrics, TraceAssembly
 from monitor.server import MetricsServer, Readiness
 from monitor.worker import supervisor
 
 log = structlog.get_logger("rag_monitor")
 
 
-class Collector(Protocol):
-    def start(self) -> None: ...
-    def stop_intake(self) -> None: ...
-    def shutdown(self) -> None: ...
-
-
-class _Receiver(Protocol):
-    def start(self) -> None: ...
-    def shutdown(self) -> None: ...
-
-
-class _ReceiverCollector:
-    """A receiver whose intake stops when its server stops."""
-
-    def __init__(self, receiver: _Receiver) -> None:
-        self.receiver = receiver
-        self.listening = False
-
-    def start(self) -> None:
-        self.receiver.start()
-        self.listening = True
-
-    def stop_intake(self) -> None:
-        self.listening = False
-        self.receiver.shutdown()
-
-    def shutdown(self) -> None:
-        self.stop_intake()
-
-
 def build_detectors(config: Config, registry: CollectorRegistry) -> list[Detector]:
-    return [
-        LatencyDetector(config.detectors.latency, registry),
-        CostDetector(config.detectors.cost, registry),
-        FeedbackDetector(registry),
-        FaithfulnessDetector(config.detectors.faithfulness, registry, config.collectors.phoenix),
-        FilterExclusionDetector(config.detectors.filter_exclusion, registry),
-        DriftDetector(config.detectors.drift, config.service.state_dir, registry),
-    ]
+    """One detector per registered component, in component order."""
+    context = BuildContext(registry=registry, state_dir=config.service.state_dir, root=config)
+    detectors = []
+    for component in load_components():
+        # A component without settings has no key under ``detectors:``.
+        section = getattr(config.detectors, component.name, None)
+        detectors.append(component.build(section or component.config_model(), context))
+    return detectors
 
 
 class Sidecar:
@@ -76,36 +46,24 @@ class Sidecar:
         registry: CollectorRegistry | None = None,
         extra_detectors: Sequence[Detector] = (),
     ) -> None:
-        # Heavy or optional components are imported here, not at module import,
-        # so that ``rag-monitor --help`` stays fast.
-        from collectors.assembly import SpanAssembly
-        from collectors.otlp_grpc import OtlpGrpcReceiver
-        from collectors.otlp_http import OtlpHttpReceiver
-
         self.config = config
         self.registry = registry or CollectorRegistry()
         self.readiness = Readiness()
+        collectors = load_collectors()
         self.pipeline = Pipeline(
-            SpanAssembly(config.assembly, config.mapping),
+            _trace_assembly(config, collectors),
             [*build_detectors(config, self.registry), *extra_detectors],
             PipelineMetrics(self.registry),
         )
         self.readiness.add("pipeline", self.pipeline.alive)
-        otlp = config.collectors.otlp
-        self.http = OtlpHttpReceiver(otlp, self.pipeline) if otlp.http.enabled else None
-        self.grpc = OtlpGrpcReceiver(otlp, self.pipeline) if otlp.grpc.enabled else None
-        self.collectors: list[Collector] = []
-        for name, receiver in (("otlp_http", self.http), ("otlp_grpc", self.grpc)):
+        self.receivers: dict[str, Receiver] = {}
+        for collector in collectors:
+            receiver = collector.build(config, self.pipeline)
             if receiver is not None:
-                wrapped = _ReceiverCollector(receiver)
-                self.collectors.append(wrapped)
-                self.readiness.add(name, lambda w=wrapped: w.listening)  # type: ignore[misc]
-        if config.collectors.kafka.bootstrap_servers is not None:
-            from collectors.kafka import KafkaCollector
-
-            kafka = KafkaCollector(config.collectors.kafka, self.pipeline)
-            self.collectors.append(kafka)
-            self.readiness.add("kafka", kafka.ready)
+                self.receivers[collector.name] = receiver
+                self.readiness.add(collector.name, receiver.ready)
+        self.http = self.receivers.get("otlp_http")
+        self.grpc = self.receivers.get("otlp_grpc")
         metrics = config.service.metrics
         self.metrics_server = MetricsServer(
             metrics.host,
@@ -119,8 +77,8 @@ class Sidecar:
     def start(self) -> None:
         self.metrics_server.start()
         self.pipeline.start()
-        for collector in self.collectors:
-            collector.start()
+        for receiver in self.receivers.values():
+            receiver.start()
         log.info(
             "started",
             metrics_port=self.metrics_server.port,
@@ -130,11 +88,11 @@ class Sidecar:
 
     def shutdown(self) -> None:
         """Stop intake, drain the pipeline, commit Kafka offsets, stop serving. Safe twice."""
-        for collector in self.collectors:
-            collector.stop_intake()
+        for receiver in self.receivers.values():
+            receiver.stop_intake()
         self.pipeline.shutdown()
-        for collector in self.collectors:
-            collector.shutdown()
+        for receiver in self.receivers.values():
+            receiver.shutdown()
         self.metrics_server.shutdown()
         self._stopped.set()
 
@@ -152,6 +110,17 @@ class Sidecar:
         log.info("stopping")
         self.shutdown()
         log.info("stopped")
+
+
+def _trace_assembly(config: Config, collectors: Sequence[CollectorComponent]) -> TraceAssembly:
+    """The assembly of the one collector component that provides it."""
+    assemblies = [c for c in collectors if c.assembly is not None]
+    if len(assemblies) != 1:
+        names = [c.name for c in assemblies]
+        raise RuntimeError(f"expected one collector component with a span assembly, got {names}")
+    build = assemblies[0].assembly
+    assert build is not None
+    return build(config)
 
 
 def tune_garbage_collector() -> None:

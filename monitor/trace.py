@@ -99,7 +99,7 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class RagTrace:
-    """One normalized RAG request (DESIGN.md "The RagTrace record")."""
+    """One normalized RAG request (README, "Sending traces")."""
 
     trace_id: TraceId
     time: Annotated[datetime, AfterValidator(_utc_unless_zoned)]

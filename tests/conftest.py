@@ -1,8 +1,11 @@
 """Shared fixtures: in-process sidecars on free ports, a real Tansu Kafka broker,
-sidecar processes for the consumer-group and crash tests."""
+sidecar processes for the consumer-group and crash tests; OTLP request bodies and the
+filter-exclusion worked example, used by unit and integration tests alike."""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import socket
 import subprocess
@@ -12,17 +15,22 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import yaml
+from google.protobuf import json_format
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.config import Config
 from monitor.detector import Detector
 from monitor.sidecar import Sidecar
+from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -198,6 +206,7 @@ class SidecarProcess:
 
 @pytest.fixture
 def sidecar_process(tmp_path: Path) -> Iterator[Callable[..., SidecarProcess]]:
+    """Make sidecar processes in the test's temp dir; any still running are killed after it."""
     processes: list[SidecarProcess] = []
 
     def make(config: dict[str, Any], name: str = "sidecar") -> SidecarProcess:
@@ -208,3 +217,148 @@ def sidecar_process(tmp_path: Path) -> Iterator[Callable[..., SidecarProcess]]:
     yield make
     for process in processes:
         process.kill()
+
+
+# --- OTLP request bodies ---------------------------------------------------------------------
+
+
+def sdk_request() -> bytes:
+    exporter = MemoryExporter()
+    _, tracer = tracer_for(exporter)
+    emit_rag_request(tracer, RagRequest(start_ns=time.time_ns()))
+    return encode_spans(exporter.spans).SerializeToString()
+
+
+def to_otlp_json(proto_body: bytes) -> bytes:
+    """OTLP/JSON as the spec writes it: hex ids, int64 as strings, camelCase keys."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    document = json_format.MessageToDict(ExportTraceServiceRequest.FromString(proto_body))
+    for resource in document["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+    return orjson.dumps(document)
+
+
+def json_span(**overrides: object) -> dict[str, object]:
+    span: dict[str, object] = {
+        "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174",
+        "name": "s", "startTimeUnixNano": "1544712660000000000",
+        "endTimeUnixNano": "1544712661000000000",
+        "attributes": [{"key": "n", "value": {"intValue": "42"}}],
+    }  # fmt: skip
+    span.update(overrides)
+    return span
+
+
+def json_body(*spans: dict[str, object]) -> bytes:
+    return orjson.dumps({"resourceSpans": [{"scopeSpans": [{"spans": list(spans)}]}]})
+
+
+def many_documents(count: int) -> list[dict[str, object]]:
+    return [
+        {"key": f"retrieval.documents.{i}.document.id", "value": {"stringValue": f"d{i}"}}
+        for i in range(count)
+    ]
+
+
+# --- the method's worked example (Part 5), as traces a service would emit ------------------
+
+# doc id -> (tenant, locale)
+DOCUMENTS = {
+    "d1": ("acme", "en-US"),
+    "d2": ("acme", "en-GB"),
+    "d3": ("globex", "en-US"),
+    "d4": ("acme", "en-US"),
+    "d5": ("acme", "de-DE"),
+    "d6": ("acme", "fr-FR"),
+}
+CALLER = "acme"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A golden-set query replayed by the service, with the relevance predicate it applied."""
+
+    probe_id: str
+    gold: tuple[str, ...]
+    predicate: str
+    locale: str | None  # None: the predicate only restates the tenant
+
+    def passes(self, doc_id: str) -> bool:
+        return self.locale is None or DOCUMENTS[doc_id][1] == self.locale
+
+    def filtering(self) -> dict[str, Any]:
+        """The fields a service reports: access rules first, then the relevance predicate."""
+        entitled = [d for d, (tenant, _) in DOCUMENTS.items() if tenant == CALLER]
+        survivors = [d for d in entitled if self.passes(d)]
+        return {
+            "retrieved": survivors,
+            "relevance_excluded": [d for d in entitled if not self.passes(d)],
+            "entitlement_excluded": [d for d in DOCUMENTS if d not in entitled],
+            "filter_predicate": self.predicate,
+            "contexts": [context_record(d) for d in survivors],
+        }
+
+
+PROBES = (
+    Probe("q1", ("d2",), "tenant = 'acme' AND locale = 'en-US'", "en-US"),
+    Probe("q2", ("d4",), "tenant = 'acme'", None),
+    Probe("q3", ("d6",), "tenant = 'acme' AND locale = 'en-US'", "en-US"),
+    Probe("q4", ("d5",), "tenant = 'acme' AND locale = 'de-DE'", "de-DE"),
+    # Only gold is another tenant's: never in the denominator.
+    Probe("q5", ("d3",), "tenant = 'acme'", None),
+)
+# An acme request whose context holds globex's d3: one entitlement violation.
+LEAK_CONTEXTS = ("d1", "d3")
+
+
+def context_record(doc_id: str) -> dict[str, Any]:
+    tenant, locale = DOCUMENTS[doc_id]
+    return {
+        "doc_id": doc_id,
+        "text": f"text of {doc_id}",
+        "metadata": {"tenant": tenant, "locale": locale},
+    }
+
+
+def rag_trace_record(trace_id: str, **fields: Any) -> dict[str, Any]:
+    """A ``rag-trace/1`` record of an acme request."""
+    return {"schema": "rag-trace/1", "trace_id": trace_id, "tenant": CALLER, **fields}
+
+
+def worked_example_records() -> list[dict[str, Any]]:
+    """The five probe replays and the leaking request, as ``rag-trace/1`` records."""
+    records = [
+        rag_trace_record(f"{i + 1:032x}", probe_id=p.probe_id, **p.filtering())
+        for i, p in enumerate(PROBES)
+    ]
+    leak = [context_record(d) for d in LEAK_CONTEXTS]
+    records.append(rag_trace_record(f"{0xFEED:032x}", retrieved=list(LEAK_CONTEXTS), contexts=leak))
+    return records
+
+
+def golden_set_lines() -> str:
+    return "".join(
+        json.dumps({"probe_id": p.probe_id, "gold_doc_ids": list(p.gold)}) + "\n" for p in PROBES
+    )
+
+
+def assert_worked_example(value: Callable[..., float], recall_k: tuple[int, ...] = (5, 10)) -> None:
+    """2 of 4 eligible queries falsely excluded, recall@10 0.50 on average, q5 outside, one leak."""
+    assert value("rag_filter_eligible_queries_total") == 4
+    assert value("rag_filter_false_exclusions_total") == 2
+    assert value("rag_filter_no_eligible_gold_total") == 1
+    assert value("rag_filter_eligible_gold_docs_total") == 4
+    assert value("rag_filter_excluded_gold_docs_total") == 2
+    assert value("rag_filter_unmatched_labels_total") == 0
+    assert value("rag_entitlement_violations_total") == 1
+    for k in recall_k:
+        assert value("rag_retrieval_recall_count", k=str(k)) == 4
+        assert value("rag_retrieval_recall_sum", k=str(k)) / 4 == pytest.approx(0.5)
+    # Two queries lost everything, two kept everything: nothing in between.
+    assert value("rag_retrieval_recall_bucket", k="10", le="0.0") == 2
+    assert value("rag_retrieval_recall_bucket", k="10", le="0.9") == 2

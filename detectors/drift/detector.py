@@ -1,13 +1,12 @@
 """The drift detector: the front end over the MMD backends, run on its own worker thread.
 
-``observe`` (the pipeline thread) only hands the query vector (or text, when
-an embedder is configured) to a bounded queue; a full queue is a counted drop.
-The worker validates vectors (wrong dimension, NaN/inf: rejected and counted),
-fills the reference from the first ``reference_size`` vectors unless one is
-stored, keeps the last ``window_size`` vectors, and every
-``test_every_records`` new vectors runs the test, sets the gauges and appends
-the result to the history in ``service.state_dir``. A reference replaced by
-``rag-monitor drift set-reference`` is picked up before the next test.
+``observe`` (the pipeline thread) only hands the query vector (or text, when an
+embedder is configured) to a bounded queue; a full queue is a counted drop. The worker
+validates vectors (wrong dimension, NaN/inf: rejected and counted), fills the reference
+from the first ``reference_size`` vectors unless one is stored, keeps the last
+``window_size`` vectors, and every ``test_every_records`` new vectors runs the test, sets
+the gauges and appends the result to the history in ``service.state_dir``. A reference
+replaced by ``rag-monitor drift set-reference`` is picked up before the next test.
 """
 
 from __future__ import annotations
@@ -24,9 +23,10 @@ import numpy as np
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from detectors.drift.config import DriftConfig
+from detectors.drift.names import DETECTED, MMD_STATISTIC, P_VALUE
 from detectors.drift.result import DriftResult, OnlineTest, Vectors, WindowTest
 from detectors.drift.store import FILE_NAME, DriftStore
-from monitor.config import DriftConfig
 from monitor.metrics import queue_depth
 from monitor.trace import Event, RagTrace
 from monitor.worker import Worker
@@ -73,19 +73,19 @@ class DriftMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.statistic = Gauge(
-            "rag_drift_mmd_statistic",
+            MMD_STATISTIC,
             "MMD^2 of the last tested window against the reference (online: test statistic).",
             ["signal"],
             registry=registry,
         ).labels(SIGNAL)
         self.p_value = Gauge(
-            "rag_drift_p_value",
+            P_VALUE,
             "Permutation p-value of the last drift test (absent in online mode).",
             ["signal"],
             registry=registry,
         ).labels(SIGNAL)
         self.detected = Gauge(
-            "rag_drift_detected",
+            DETECTED,
             "1 when the last drift test rejected 'same distribution as the reference'.",
             ["signal"],
             registry=registry,

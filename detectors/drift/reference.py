@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
+from detectors.drift.config import DriftConfig
 from detectors.drift.detector import representation_of
 from detectors.drift.result import Vectors
 from detectors.drift.store import DriftStore
-from monitor.config import DriftConfig
 from monitor.durations import parse_duration
 
 

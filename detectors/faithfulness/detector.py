@@ -13,6 +13,12 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from detectors.faithfulness.annotations import PhoenixAnnotator
+from detectors.faithfulness.config import FaithfulnessConfig
+from detectors.faithfulness.names import (
+    BELOW_THRESHOLD_TOTAL,
+    EVALUATIONS_TOTAL,
+    FAITHFULNESS_SCORE,
+)
 from detectors.faithfulness.worker import (
     Evaluation,
     Outcome,
@@ -20,7 +26,7 @@ from detectors.faithfulness.worker import (
     WorkerState,
     WorkerStats,
 )
-from monitor.config import FaithfulnessConfig, PhoenixConfig
+from monitor.config import PhoenixConfig
 from monitor.metrics import detector_up
 from monitor.sampler import Sampler
 from monitor.trace import Event, RagTrace
@@ -32,25 +38,25 @@ QUEUE_SIZE = 128
 
 
 class FaithfulnessMetrics:
-    """The faithfulness metrics of DESIGN.md, plus the model's own counters."""
+    """The faithfulness metrics (README, "Faithfulness"), plus the model's own counters."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.score = Histogram(
-            "rag_faithfulness_score",
+            FAITHFULNESS_SCORE,
             "HHEM score of sampled answers (P(consistent); sentence granularity: the share "
             "of supported sentences).",
             buckets=SCORE_BUCKETS,
             registry=registry,
         )
         evaluations = Counter(
-            "rag_faithfulness_evaluations",
+            EVALUATIONS_TOTAL,
             "Sampled answers by outcome: scored, no_claims (empty), refusal, error.",
             ["outcome"],
             registry=registry,
         )
         self.evaluations = {o: evaluations.labels(o) for o in get_args(Outcome)}
         self.below_threshold = Counter(
-            "rag_faithfulness_below_threshold",
+            BELOW_THRESHOLD_TOTAL,
             "Scored answers below detectors.faithfulness.threshold.",
             registry=registry,
         )

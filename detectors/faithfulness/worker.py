@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Literal
 import structlog
 from prometheus_client import CollectorRegistry
 
+from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.hhem import (
     HhemScorer,
     ModelMissingError,
@@ -30,7 +31,6 @@ from detectors.faithfulness.hhem import (
     read_checkpoint,
     set_threads,
 )
-from monitor.config import FaithfulnessConfig
 from monitor.sampler import Sampled
 from monitor.trace import RagTrace
 from monitor.worker import Worker

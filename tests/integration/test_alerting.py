@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import threading
-import time
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from genai_prices import Usage as PriceUsage
 from genai_prices import calc_price
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -24,40 +17,23 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from alerts.rules import render_rules
 from monitor.config import Config
 from monitor.sidecar import Sidecar
-from tests.conftest import free_port, sample, wait_until
-from tests.integration.test_otlp import STAGES, requests_for
-from tests.otel_traffic import RagRequest, emit_rag_request, tracer_for
+from tests.conftest import sample, wait_until
+from tests.integration.conftest import (
+    JOB,
+    STAGES,
+    TEST_WINDOW,
+    Services,
+    SteadyTraffic,
+    query_series,
+    requests_for,
+    with_test_window,
+)
+from tests.otel_traffic import emit_rag_request, tracer_for
 
 pytestmark = pytest.mark.integration
 
 StartSidecar = Callable[..., Sidecar]
-JOB = "rag-monitor"
-# A short rate window keeps the p95 responsive enough for a test of about a minute.
-TEST_WINDOW = "15s"
 GENERATE_SLO_S = 0.5
-
-
-def with_test_window(config: Config) -> Config:
-    """``config`` with the short ``guardrails.window`` of these tests."""
-    guardrails = config.guardrails.model_copy(update={"window": TEST_WINDOW})
-    return config.model_copy(update={"guardrails": guardrails})
-
-
-def binary(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.skip(f"{name} is not installed (Debian: prometheus, prometheus-alertmanager)")
-    return path
-
-
-def http_get(url: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except OSError:
-        return 0, b""
 
 
 # --- the webhook receiver ------------------------------------------------------------------
@@ -109,187 +85,11 @@ def webhook() -> Iterator[Webhook]:
     receiver.shutdown()
 
 
-# --- Prometheus and Alertmanager processes ----------------------------------------------------
-
-
-class Services:
-    """Starts real Prometheus and Alertmanager processes in a temp dir on free ports."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.processes: list[subprocess.Popen[bytes]] = []
-
-    def _start(self, name: str, argv: list[str], ready_url: str) -> None:
-        with (self.directory / f"{name}.log").open("ab") as log:
-            process = subprocess.Popen(
-                argv, cwd=self.directory, stdout=log, stderr=subprocess.STDOUT
-            )
-        self.processes.append(process)
-
-        def ready() -> bool:
-            if process.poll() is not None:
-                log_text = (self.directory / f"{name}.log").read_text(errors="replace")
-                raise AssertionError(f"{name} exited with {process.returncode}:\n{log_text}")
-            return http_get(ready_url)[0] == 200
-
-        wait_until(ready, timeout=30, every=0.1)
-
-    def start_alertmanager(self, webhook_url: str) -> str:
-        """Alertmanager routing everything to ``webhook_url`` at once; returns its base URL."""
-        config = {
-            "route": {
-                "receiver": "webhook",
-                "group_by": ["alertname", "stage"],
-                "group_wait": "1s",
-                "group_interval": "1s",
-                "repeat_interval": "1h",
-            },
-            "receivers": [
-                {
-                    "name": "webhook",
-                    "webhook_configs": [{"url": webhook_url, "send_resolved": True}],
-                }
-            ],
-        }
-        config_path = self.directory / "alertmanager.yml"
-        config_path.write_text(yaml.safe_dump(config))
-        address = f"127.0.0.1:{free_port()}"
-        self._start(
-            "alertmanager",
-            [
-                binary("prometheus-alertmanager"),
-                f"--config.file={config_path}",
-                f"--storage.path={self.directory / 'alertmanager-data'}",
-                f"--web.listen-address={address}",
-                "--cluster.listen-address=",
-            ],
-            f"http://{address}/-/ready",
-        )
-        return f"http://{address}"
-
-    def start_prometheus(
-        self, sidecar: Sidecar, rules: str | None = None, alertmanager: str | None = None
-    ) -> str:
-        """Prometheus scraping ``sidecar`` every second; returns its base URL."""
-        config: dict[str, Any] = {
-            "global": {
-                "scrape_interval": "1s",
-                "evaluation_interval": "1s",
-                "scrape_timeout": "1s",
-            },
-            "scrape_configs": [
-                {
-                    "job_name": JOB,
-                    "static_configs": [{"targets": [f"127.0.0.1:{sidecar.metrics_server.port}"]}],
-                }
-            ],
-        }
-        if rules is not None:
-            (self.directory / "rules.yaml").write_text(rules)
-            config["rule_files"] = ["rules.yaml"]
-        if alertmanager is not None:
-            target = urllib.parse.urlsplit(alertmanager).netloc
-            config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [target]}]}]}
-        config_path = self.directory / "prometheus.yml"
-        config_path.write_text(yaml.safe_dump(config))
-        address = f"127.0.0.1:{free_port()}"
-        self._start(
-            "prometheus",
-            [
-                binary("prometheus"),
-                f"--config.file={config_path}",
-                f"--storage.tsdb.path={self.directory / 'prometheus-data'}",
-                f"--web.listen-address={address}",
-                # resolved and firing alerts reach Alertmanager within a second
-                "--rules.alert.resend-delay=1s",
-            ],
-            f"http://{address}/-/ready",
-        )
-        return f"http://{address}"
-
-    def shutdown(self) -> None:
-        for process in reversed(self.processes):
-            process.terminate()
-        for process in self.processes:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
-
-
-@pytest.fixture
-def services(tmp_path: Path) -> Iterator[Services]:
-    started = Services(tmp_path)
-    yield started
-    started.shutdown()
-
-
-def query_series(prometheus: str, promql: str) -> dict[frozenset[tuple[str, str]], float]:
-    """Evaluate ``promql`` now via /api/v1/query: {labels: value} for each series of the result."""
-    url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    status, body = http_get(url)
-    assert status == 200, body
-    answer = json.loads(body)
-    assert answer["status"] == "success", answer
-    assert answer["data"]["resultType"] == "vector", answer
-    return {
-        frozenset(item["metric"].items()): float(item["value"][1])
-        for item in answer["data"]["result"]
-    }
-
-
 def query_value(prometheus: str, promql: str) -> float | None:
     """The single value of ``promql`` (e.g. ``sum(rag_cost_usd_total)``); None if no series."""
     series = query_series(prometheus, promql)
     assert len(series) <= 1, series
     return next(iter(series.values()), None)
-
-
-# --- traffic ---------------------------------------------------------------------------------
-
-
-class SteadyTraffic:
-    """Sends OpenInference requests every ``every`` seconds through the real OTLP/HTTP exporter.
-
-    Each round is ``rounds()``, by default one request whose generate stage lasts
-    ``generate_s`` (which may be changed while it runs).
-    """
-
-    def __init__(
-        self,
-        sidecar: Sidecar,
-        generate_s: float = 0.5,
-        every: float = 0.05,
-        rounds: Callable[[], Sequence[RagRequest]] | None = None,
-    ) -> None:
-        endpoint = f"http://127.0.0.1:{sidecar.http.port}/v1/traces"  # type: ignore[union-attr]
-        self.provider, self.tracer = tracer_for(OTLPSpanExporter(endpoint=endpoint))
-        self.generate_s = generate_s
-        self.every = every
-        self.sent = 0
-        self._rounds = rounds or self._one_request
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _one_request(self) -> list[RagRequest]:
-        return [RagRequest(start_ns=time.time_ns(), generate_s=self.generate_s)]
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for request in self._rounds():
-                emit_rag_request(self.tracer, request)
-                self.sent += 1
-            self._stop.wait(self.every)
-
-    def __enter__(self) -> SteadyTraffic:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self.provider.shutdown()
 
 
 # --- tests -----------------------------------------------------------------------------------

@@ -14,23 +14,22 @@ import pytest
 from alerts.dashboard import build_dashboard, panel_queries
 from alerts.rules import render_rules
 from monitor.sidecar import Sidecar
-from tests.conftest import sample, unique, wait_until
+from tests.conftest import PROBES, golden_set_lines, sample, unique, wait_until
 from tests.hhem_checkpoint import build_checkpoint
-from tests.integration.test_alerting import (
+from tests.integration.conftest import (
     JOB,
+    Broker,
     Services,
     SteadyTraffic,
+    kafka_settings,
+    probe_request,
     query_series,
-    services,
+    rag_trace,
     with_test_window,
 )
-from tests.integration.test_filter_exclusion import probe_request
-from tests.integration.test_kafka import Broker, broker, kafka_settings, rag_trace
 from tests.otel_traffic import RagRequest
-from tests.unit.test_filter_exclusion import PROBES, golden_set_lines
 
 pytestmark = pytest.mark.integration
-__all__ = ["broker", "services"]  # fixtures shared with test_kafka and test_alerting
 
 StartSidecar = Callable[..., Sidecar]
 # What Grafana puts in for the dashboard's variables.

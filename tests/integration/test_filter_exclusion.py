@@ -14,21 +14,19 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-from detectors.filter_exclusion import FilterExclusionDetector
+from detectors.filter_exclusion.detector import FilterExclusionDetector
 from monitor.sidecar import Sidecar
-from tests.conftest import sample, unique, wait_until
-from tests.integration.test_otlp import post
-from tests.otel_traffic import RagRequest, emit_rag_request, filter_attributes, tracer_for
-from tests.unit.test_filter_exclusion import (
-    CALLER,
-    DOCUMENTS,
-    LEAK_CONTEXTS,
+from tests.conftest import (
     PROBES,
-    Probe,
     assert_worked_example,
     golden_set_lines,
+    sample,
+    unique,
+    wait_until,
     worked_example_records,
 )
+from tests.integration.conftest import post, probe_request
+from tests.otel_traffic import emit_rag_request, tracer_for
 
 pytestmark = pytest.mark.integration
 
@@ -52,28 +50,6 @@ def scored(sidecar: Sidecar) -> float:
 
 
 # --- OTLP: the real opentelemetry-sdk exporter ------------------------------------------------
-
-
-def probe_request(probe: Probe | None, start_ns: int) -> RagRequest:
-    """One acme request as the service traces it: the probe replay, or the leaking request."""
-    if probe is None:
-        documents, attributes = list(LEAK_CONTEXTS), filter_attributes()
-    else:
-        filtering = probe.filtering()
-        documents = filtering["retrieved"]
-        attributes = filter_attributes(
-            probe_id=probe.probe_id,
-            predicate=filtering["filter_predicate"],
-            relevance_excluded=filtering["relevance_excluded"],
-            entitlement_excluded=filtering["entitlement_excluded"],
-        )
-    return RagRequest(
-        start_ns=start_ns,
-        tenant=CALLER,
-        documents=[(d, DOCUMENTS[d][0]) for d in documents],
-        doc_metadata={d: {"locale": DOCUMENTS[d][1]} for d in documents},
-        extra=attributes,
-    )
 
 
 def emit_worked_example(sidecar: Sidecar) -> dict[str, str]:

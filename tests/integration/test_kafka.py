@@ -4,7 +4,6 @@ kill -9 and restart, a broker that is down, and SIGTERM."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import random
@@ -18,14 +17,13 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import KafkaAdminClient, NewTopic
+from kafka import TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -38,31 +36,32 @@ from collectors.kafka import (
     SOURCE_TOPIC_HEADER,
 )
 from monitor.sidecar import Sidecar
-from tests.conftest import SidecarProcess, free_port, sample, unique, wait_until
+from tests.conftest import (
+    SidecarProcess,
+    free_port,
+    json_body,
+    json_span,
+    sample,
+    sdk_request,
+    to_otlp_json,
+    unique,
+    wait_until,
+)
+from tests.integration.conftest import (
+    CONSUMER_SETTINGS,
+    Broker,
+    ends,
+    kafka_settings,
+    rag_trace,
+    trace_id,
+    traces_topic,
+)
 from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for
-from tests.unit.test_otlp_decode import json_body, json_span, sdk_request, to_otlp_json
 
 StartSidecar = Callable[..., Sidecar]
 MakeProcess = Callable[..., SidecarProcess]
 
-# Tansu answers a group's first JoinGroup after half the session timeout: 22.5 s
-# with kafka-python's 45 s default, 3 s with this. A short session also lets the
-# group drop a killed member quickly.
-CONSUMER_SETTINGS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
-
-
 # --- payloads ---------------------------------------------------------------------------
-
-
-def trace_id() -> str:
-    return uuid.uuid4().hex
-
-
-def rag_trace(**fields: object) -> bytes:
-    """A ``rag-trace/1`` record; a fresh trace id unless one is given."""
-    record = {"schema": "rag-trace/1", "trace_id": trace_id(), "tenant": "acme",
-              "stages": {"retrieve": 0.08, "generate": 0.9, "total": 1.1}}  # fmt: skip
-    return orjson.dumps({**record, **fields})
 
 
 def otlp_traces(count: int) -> ExportTraceServiceRequest:
@@ -166,119 +165,6 @@ def bad_records() -> list[tuple[str, bytes, str]]:
             "",
         ),
     ]
-
-
-# --- broker access ------------------------------------------------------------------------
-
-
-class Broker:
-    """Test-side clients of one broker: create topics, produce, read committed offsets."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap
-        self.admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-        self.producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
-
-    def close(self) -> None:
-        self.producer.close(timeout=5)
-        self.admin.close()
-
-    def create_topic(self, name: str, partitions: int = 1) -> str:
-        self.admin.create_topics([NewTopic(name, partitions, 1)])
-        return name
-
-    def produce(
-        self, topic: str, values: Sequence[bytes], partitions: int = 1
-    ) -> list[tuple[int, int]]:
-        """Send ``values[i]`` to partition ``i % partitions``; their (partition, offset)."""
-        futures = [
-            self.producer.send(topic, value=value, partition=i % partitions)
-            for i, value in enumerate(values)
-        ]
-        self.producer.flush()
-        return [(m.partition, m.offset) for m in (f.get(timeout=30) for f in futures)]
-
-    def committed(self, group: str) -> dict[TopicPartition, int]:
-        """The group's committed offsets."""
-        offsets = self.admin.list_group_offsets(group)[group]
-        return {tp: meta.offset for tp, meta in offsets.items()}
-
-    def read(self, topic: str) -> list[ConsumerRecord]:
-        """Every record of ``topic``, read without a group up to the high watermarks."""
-        records: list[ConsumerRecord] = []
-        with self._reader(topic) as (consumer, tps):
-
-            def at_end() -> bool:
-                for batch in consumer.poll(timeout_ms=200).values():
-                    records.extend(batch)
-                return all(
-                    consumer.highwater(tp) is not None
-                    and consumer.position(tp) >= consumer.highwater(tp)
-                    for tp in tps
-                )
-
-            wait_until(at_end)
-        return records
-
-    def high_watermarks(self, topic: str) -> dict[TopicPartition, int]:
-        """From a fetch response: Tansu's ListOffsets ("end_offsets") is wrong (DESIGN.md)."""
-        with self._reader(topic) as (consumer, tps):
-
-            def known() -> bool:
-                consumer.poll(timeout_ms=100, max_records=1, update_offsets=False)
-                return all(consumer.highwater(tp) is not None for tp in tps)
-
-            wait_until(known)
-            return {tp: consumer.highwater(tp) for tp in tps}
-
-    @contextlib.contextmanager
-    def _reader(self, topic: str) -> Iterator[tuple[KafkaConsumer, list[TopicPartition]]]:
-        """A group-less consumer assigned every partition of ``topic``, at offset 0."""
-        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
-        try:
-            partitions = wait_until(lambda: consumer.partitions_for_topic(topic))
-            tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-            consumer.assign(tps)
-            for tp in tps:
-                consumer.seek(tp, 0)
-            yield consumer, tps
-        finally:
-            consumer.close()
-
-
-@pytest.fixture(scope="module")
-def broker(kafka_bootstrap: str) -> Iterator[Broker]:
-    clients = Broker(kafka_bootstrap)
-    yield clients
-    clients.close()
-
-
-def kafka_settings(
-    bootstrap: str, traces: list[str], labels: str | None = None, feedback: str | None = None
-) -> dict[str, Any]:
-    """``collectors.kafka`` with a fresh group and dead-letter topic."""
-    return {
-        "bootstrap_servers": bootstrap,
-        "group_id": unique("group"),
-        "topics": {"traces": traces, "labels": labels, "feedback": feedback},
-        "dead_letter_topic": unique("dlq"),
-        "consumer": CONSUMER_SETTINGS,
-    }
-
-
-def traces_topic(broker: Broker, partitions: int) -> tuple[str, dict[str, Any]]:
-    """A fresh trace topic and ``collectors.kafka`` settings that read it."""
-    topic = broker.create_topic(unique("traces"), partitions)
-    return topic, kafka_settings(broker.bootstrap, [topic])
-
-
-def ends(topic: str, placed: Sequence[tuple[int, int]]) -> dict[TopicPartition, int]:
-    """The offset after the last record produced, per partition: where commits must reach."""
-    end: dict[TopicPartition, int] = {}
-    for partition, offset in placed:
-        tp = TopicPartition(topic, partition)
-        end[tp] = max(end.get(tp, 0), offset + 1)
-    return end
 
 
 def header(record: ConsumerRecord, name: str) -> str:

@@ -24,22 +24,22 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from monitor.sidecar import Sidecar
-from tests.conftest import REPO, sample, wait_until
+from tests.conftest import (
+    REPO,
+    json_body,
+    json_span,
+    many_documents,
+    sample,
+    sdk_request,
+    to_otlp_json,
+    wait_until,
+)
+from tests.integration.conftest import STAGES, post, requests_for
 from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for
-from tests.unit.test_otlp_decode import json_body, json_span, many_documents, sdk_request
 
 pytestmark = pytest.mark.integration
 
 StartSidecar = Callable[..., Sidecar]
-STAGES = ("embed", "retrieve", "rerank", "generate", "total")
-
-
-def requests_for(count: int) -> list[RagRequest]:
-    base = time.time_ns()
-    return [
-        RagRequest(start_ns=base + i * 10**9, generate_s=0.5 + i / 100, retrieve_s=0.05 + i / 1000)
-        for i in range(count)
-    ]
 
 
 def assert_counted_once_with_exact_sums(
@@ -93,32 +93,10 @@ def test_grpc_exporter_traces_counted_once_with_children_from_a_second_exporter(
 
 def test_otlp_json_is_accepted(start_sidecar: StartSidecar) -> None:
     """An OTLP/JSON body (hex ids, int64 strings) is decoded and counted."""
-    from tests.unit.test_otlp_decode import to_otlp_json
-
     sidecar = start_sidecar()
     status, body, _ = post(sidecar, "/v1/traces", to_otlp_json(sdk_request()), "application/json")
     assert (status, body) == (200, b"{}")
     wait_until(lambda: sample(sidecar.registry, "rag_requests_total", source="otlp") == 1)
-
-
-def post(
-    sidecar: Sidecar,
-    path: str,
-    body: bytes,
-    content_type: str,
-    headers: dict[str, str] | None = None,
-) -> tuple[int, bytes, dict[str, str]]:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{sidecar.http.port}{path}",  # type: ignore[union-attr]
-        data=body,
-        headers={"Content-Type": content_type, **(headers or {})},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.read(), dict(response.headers)
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(), dict(exc.headers)
 
 
 PROTO = "application/x-protobuf"

@@ -8,10 +8,9 @@ from collections.abc import Callable
 import pytest
 
 from tests.conftest import SidecarProcess, wait_until
-from tests.integration.test_kafka import Broker, broker, ends, rag_trace, traces_topic
+from tests.integration.conftest import Broker, ends, rag_trace, traces_topic
 
 pytestmark = pytest.mark.integration
-__all__ = ["broker"]  # the module-scoped fixture, shared with test_kafka
 
 MakeProcess = Callable[..., SidecarProcess]
 DIMENSIONS = 8

@@ -13,10 +13,11 @@ from datetime import UTC, datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
-from detectors.cost import CostDetector
-from detectors.feedback import FeedbackDetector
-from detectors.latency import LatencyDetector
-from monitor.config import CostConfig, LatencyConfig
+from detectors.cost.config import CostConfig
+from detectors.cost.detector import CostDetector
+from detectors.feedback.detector import FeedbackDetector
+from detectors.latency.config import LatencyConfig
+from detectors.latency.detector import LatencyDetector
 from monitor.trace import RagTrace, Usage
 
 MODELS = (("gpt-4o-mini", "openai"), ("gpt-4o", "openai"), ("claude-sonnet-4-5", "anthropic"))

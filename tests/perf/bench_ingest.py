@@ -12,7 +12,7 @@ spans per CPU-second of the sidecar process (one busy core = one CPU-second
 per second). ``kafka``: records/s of a plain ``KafkaConsumer`` reading the
 topic, records/s of the sidecar reading it (until
 ``rag_monitor_records_total{collector="kafka",outcome="ok"}`` reaches the
-record count), and their ratio. Targets (DESIGN.md "Targets"): >= 20k spans/s
+record count), and their ratio. Targets (README, "Development"): >= 20k spans/s
 per core, read as spans per CPU-second; sidecar >= 0.5 of the raw Kafka rate.
 
 Traces are 4 spans shaped like an OpenInference-instrumented RAG service

@@ -1,4 +1,4 @@
-"""Configuration: the DESIGN.md file, defaults, environment overrides, error reporting."""
+"""Configuration: the documented example file, defaults, environment overrides, error reporting."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ TESTDATA = Path(__file__).resolve().parent.parent / "testdata"
 
 
 def test_design_example_is_the_default_configuration() -> None:
-    """The YAML printed in DESIGN.md validates and equals the built-in defaults."""
+    """The example YAML (tests/testdata/design_config.yaml, as in the README) validates and equals the built-in defaults."""
     assert load_config(TESTDATA / "design_config.yaml", environ={}) == load_config(environ={})
 
 

@@ -10,10 +10,11 @@ from genai_prices import Usage as PriceUsage
 from genai_prices import calc_price
 from prometheus_client import CollectorRegistry
 
-from detectors.cost import CostDetector
-from detectors.feedback import FeedbackDetector
-from detectors.latency import LatencyDetector
-from monitor.config import CostConfig, LatencyConfig, ModelPrice
+from detectors.cost.config import CostConfig, ModelPrice
+from detectors.cost.detector import CostDetector
+from detectors.feedback.detector import FeedbackDetector
+from detectors.latency.config import LatencyConfig
+from detectors.latency.detector import LatencyDetector
 from monitor.trace import Feedback, RagTrace, Usage
 from tests.conftest import sample
 

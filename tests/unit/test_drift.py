@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from detectors.drift.config import DriftConfig
 from detectors.drift.detector import SIGNAL, DriftDetector
 from detectors.drift.reference import set_reference
 from detectors.drift.report import build_report, write_report
 from detectors.drift.scipy_backend import ScipyMmd
 from detectors.drift.store import DriftStore
-from monitor.config import Config, DriftConfig
+from monitor.config import Config
 from monitor.durations import parse_duration
 from monitor.trace import RagTrace
 from tests.conftest import sample, wait_until

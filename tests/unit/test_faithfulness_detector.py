@@ -14,10 +14,10 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from detectors.faithfulness import FaithfulnessDetector
+from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.detector import SCORE_BUCKETS
 from detectors.faithfulness.hhem import HhemScorer, PreparedPair, read_checkpoint
 from detectors.faithfulness.worker import length_batches, split_sentences
-from monitor.config import FaithfulnessConfig
 from monitor.sidecar import Sidecar
 from monitor.trace import Context, RagTrace
 from tests.conftest import sample, wait_until

@@ -1,4 +1,4 @@
-"""The OpenInference / gen_ai span mapping into RagTrace (DESIGN.md table)."""
+"""The OpenInference / gen_ai span mapping into RagTrace (README, "How spans map to the RagTrace")."""
 
 from __future__ import annotations
 

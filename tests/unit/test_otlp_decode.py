@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import time
 
 import orjson
 import pytest
-from google.protobuf import json_format
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
 from collectors.otlp import (
     MAX_DOCUMENTS_PER_SPAN,
@@ -19,28 +15,7 @@ from collectors.otlp import (
     decode_otlp_json,
     decode_otlp_proto,
 )
-from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for
-
-
-def sdk_request() -> bytes:
-    exporter = MemoryExporter()
-    _, tracer = tracer_for(exporter)
-    emit_rag_request(tracer, RagRequest(start_ns=time.time_ns()))
-    return encode_spans(exporter.spans).SerializeToString()
-
-
-def to_otlp_json(proto_body: bytes) -> bytes:
-    """OTLP/JSON as the spec writes it: hex ids, int64 as strings, camelCase keys."""
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-    document = json_format.MessageToDict(ExportTraceServiceRequest.FromString(proto_body))
-    for resource in document["resourceSpans"]:
-        for scope in resource["scopeSpans"]:
-            for span in scope["spans"]:
-                for key in ("traceId", "spanId", "parentSpanId"):
-                    if key in span:
-                        span[key] = base64.b64decode(span[key]).hex()
-    return orjson.dumps(document)
+from tests.conftest import json_body, json_span, many_documents, sdk_request, to_otlp_json
 
 
 def test_protobuf_and_json_decode_to_the_same_spans() -> None:
@@ -55,21 +30,6 @@ def test_protobuf_and_json_decode_to_the_same_spans() -> None:
     assert root.attributes["openinference.span.kind"] == "CHAIN"
     embed = next(s for s in from_proto.spans if s.name == "embed")
     assert embed.attributes["embedding.embeddings.0.embedding.vector"] == [0.1, 0.2, 0.3]
-
-
-def json_span(**overrides: object) -> dict[str, object]:
-    span: dict[str, object] = {
-        "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174",
-        "name": "s", "startTimeUnixNano": "1544712660000000000",
-        "endTimeUnixNano": "1544712661000000000",
-        "attributes": [{"key": "n", "value": {"intValue": "42"}}],
-    }  # fmt: skip
-    span.update(overrides)
-    return span
-
-
-def json_body(*spans: dict[str, object]) -> bytes:
-    return orjson.dumps({"resourceSpans": [{"scopeSpans": [{"spans": list(spans)}]}]})
 
 
 def test_json_int64_strings_and_value_kinds() -> None:
@@ -90,13 +50,6 @@ def test_json_int64_strings_and_value_kinds() -> None:
         "i": 9007199254740993, "d": 0.5, "b": True, "a": ["x", 1], "k": {"z": "y"}, "by": b"\x00\x01",
     }  # fmt: skip
     assert span.duration_s == 1.0
-
-
-def many_documents(count: int) -> list[dict[str, object]]:
-    return [
-        {"key": f"retrieval.documents.{i}.document.id", "value": {"stringValue": f"d{i}"}}
-        for i in range(count)
-    ]
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from collectors.records import InvalidRecord, parse_feedback, parse_labels, parse_rag_trace
+from collectors.records import parse_rag_trace
+from monitor.events import InvalidRecord, parse_feedback, parse_labels
 from monitor.trace import Feedback, Label
 
 EXAMPLE = (
@@ -16,7 +17,7 @@ EXAMPLE = (
 
 
 def test_design_example_parses_into_every_field() -> None:
-    """The DESIGN.md record fills every RagTrace field, context tenant from metadata."""
+    """The README's rag-trace/1 example record fills every RagTrace field, context tenant from metadata."""
     trace = parse_rag_trace(EXAMPLE, "kafka")
     assert trace.trace_id == "4bf92f3577b34da6a3ce929d0e0e4736"
     assert trace.time.isoformat() == "2026-12-02T14:00:00+00:00"

@@ -1,4 +1,4 @@
-"""Alert rules: the generator's output against promtool, the golden file, and the contract."""
+"""Alert rules: the assembled output against promtool, the golden file, and the contract."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts.rules import build_rules, render_rules
+from alerts.rules import build_rules, render_rules, rule_fragments, write_promtool_suite
+from monitor.components import DetectorComponent, RuleFragment, load_components
 from monitor.config import Config, ConfigError, load_config
 from tests.conftest import REPO
 
@@ -19,8 +20,8 @@ ALERTS_DIR = REPO / "alerts"
 GOLDEN = ALERTS_DIR / "tests" / "rules.yaml"
 REGENERATE = "python -m monitor rules > alerts/tests/rules.yaml"
 
-# DESIGN.md, "Alert names": stable, each with severity and a runbook annotation.
-DESIGN_ALERTS = {
+# README "Alerts": stable names, each with severity and a runbook annotation.
+STABLE_ALERTS = {
     "RagFaithfulnessLow",
     "RagStageLatencySLOBreach",
     "RagFilterFalseExclusionHigh",
@@ -31,7 +32,9 @@ DESIGN_ALERTS = {
     "RagMonitorDown",
     "RagMonitorDeadLetters",
     "RagMonitorSheddingSamples",
+    "RagMonitorWorkerDown",
 }
+DETECTORS = ["latency", "cost", "feedback", "faithfulness", "filter_exclusion", "drift"]
 
 
 def tool(name: str) -> str:
@@ -70,40 +73,65 @@ def test_cli_rules_pass_promtool_check(tmp_path: Path) -> None:
 
 
 def test_golden_rule_file_is_the_current_generator_output(tmp_path: Path) -> None:
-    """alerts/tests/rules.yaml (what the promtool tests load) equals the defaults' output."""
+    """alerts/tests/rules.yaml (the reviewed rule file) equals the defaults' output."""
     assert GOLDEN.read_text() == render_rules(Config()), f"regenerate it: {REPO}$ {REGENERATE}"
     assert cli_rules(tmp_path) == GOLDEN.read_text()
 
 
-def test_promtool_unit_tests_pass() -> None:
-    """Every promtool unit test under alerts/tests passes (a firing and a silent case per alert)."""
-    test_files = sorted(str(p) for p in (ALERTS_DIR / "tests").glob("*_test.yaml"))
-    assert test_files
+def test_promtool_unit_tests_pass(tmp_path: Path) -> None:
+    """Every fragment's promtool unit tests pass against the assembled rule file."""
+    test_files = [str(path) for path in write_promtool_suite(Config(), tmp_path)]
+    assert len(test_files) == len(DETECTORS) + 1  # one file per detector, one of the sidecar
     result = subprocess.run(
         [tool("promtool"), "test", "rules", *test_files],
         capture_output=True,
         text=True,
         check=False,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_promtool_tests_cover_every_alert_firing_and_silent() -> None:
-    """Each DESIGN alert has at least one expected firing and one expected silence."""
-    firing: set[str] = set()
-    silent: set[str] = set()
-    for path in (ALERTS_DIR / "tests").glob("*_test.yaml"):
-        for test in yaml.safe_load(path.read_text())["tests"]:
-            for case in test.get("alert_rule_test", []):
-                (firing if case["exp_alerts"] else silent).add(case["alertname"])
-    assert firing == DESIGN_ALERTS
-    assert silent == DESIGN_ALERTS
+    """Each alert has an expected firing and an expected silence in its own fragment's tests."""
+    for owner, fragment in rule_fragments(Config()):
+        firing: set[str] = set()
+        silent: set[str] = set()
+        for path in fragment.promtool_tests:
+            for test in yaml.safe_load(path.read_text())["tests"]:
+                for case in test.get("alert_rule_test", []):
+                    (firing if case["exp_alerts"] else silent).add(case["alertname"])
+        own = {rule["alert"] for rule in fragment.alerting}
+        assert (firing, silent) == (own, own), owner
+
+
+def test_rules_come_from_the_registered_components_in_order() -> None:
+    """The six detectors are registered by order; their fragments precede the sidecar's own."""
+    assert [component.name for component in load_components()] == DETECTORS
+    assert [owner for owner, _ in rule_fragments(Config())] == [*DETECTORS, "monitor"]
+
+
+def test_a_component_fragment_joins_the_rule_file() -> None:
+    """A component's recording and alerting rules land in their groups, after the earlier ones."""
+    toy = DetectorComponent(
+        name="toy",
+        config_model=Config,
+        description="a toy",
+        build=lambda config, context: None,  # type: ignore[arg-type,return-value]
+        rules=lambda config, guardrails: RuleFragment(
+            recording=[{"record": "rag:toy:sum", "expr": "sum(rag_toy_total)"}],
+            alerting=[{"alert": "RagToy", "expr": "rag:toy:sum > 1"}],
+        ),
+    )
+    recording, alerting = build_rules(Config(), [*load_components(), toy])["groups"]
+    assert recording["rules"][-1] == {"record": "rag:toy:sum", "expr": "sum(rag_toy_total)"}
+    assert [rule["alert"] for rule in alerting["rules"]][-5] == "RagToy"  # before the sidecar's 4
 
 
 def test_every_design_alert_has_severity_and_annotations() -> None:
-    """All DESIGN alert names exist, each with page/ticket severity, summary, description, runbook."""
+    """All stable alert names exist, each with page/ticket severity, summary, description, runbook."""
     alerts = alerts_of(build_rules(Config()))
-    assert {rule["alert"] for rule in alerts} == DESIGN_ALERTS
+    assert {rule["alert"] for rule in alerts} == STABLE_ALERTS
     for rule in alerts:
         assert rule["labels"]["severity"] in {"page", "ticket"}, rule["alert"]
         annotations = rule["annotations"]
@@ -194,3 +222,30 @@ def test_alertmanager_example_routes_page_and_ticket() -> None:
             check=False,
         )  # fmt: skip
         assert route.stdout.strip() == receiver, route.stdout + route.stderr
+
+
+def test_demo_evaluator_reads_the_generated_conditions() -> None:
+    """monitor.rule_evaluation computes recorded series and alert states from the rule document."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    from monitor.rule_evaluation import NO_EVIDENCE, NOT_HERE, RuleEvaluator
+
+    registry = CollectorRegistry()
+    latency = Histogram(
+        "rag_stage_latency_seconds", "", ["stage"], buckets=(1, 2, 3), registry=registry
+    )
+    eligible = Counter("rag_filter_eligible_queries_total", "", registry=registry)
+    excluded = Counter("rag_filter_false_exclusions_total", "", registry=registry)
+    evaluator = RuleEvaluator(build_rules(Config()), registry)
+    assert evaluator.evaluate()[1]["RagFilterFalseExclusionHigh"] == NO_EVIDENCE
+    for _ in range(100):
+        latency.labels("total").observe(2.5)
+        eligible.inc()
+    excluded.inc(10)
+    recorded, states = evaluator.evaluate()
+    assert recorded['rag:stage_latency_seconds:p95_5m{stage="total"}'] == pytest.approx(2.95)
+    assert states['RagStageLatencySLOBreach{stage="total"}'] == "BREACH (2.95)"
+    assert states["RagFilterFalseExclusionHigh"] == "BREACH (0.1)"
+    assert states["RagRegenerationRateAnomalous"] == NOT_HERE
+    eligible.inc(5)  # five labelled queries, none excluded: healthy but below min_events
+    assert evaluator.evaluate()[1]["RagFilterFalseExclusionHigh"] == "ok (0)"

@@ -19,7 +19,13 @@ from typing import Any, ClassVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from monitor.config import CostConfig, ModelPrice
+from detectors.cost.config import CostConfig, ModelPrice
+from detectors.cost.names import (
+    COST_REQUESTS_TOTAL,
+    COST_UNPRICED_REQUESTS_TOTAL,
+    COST_USD_TOTAL,
+    REQUEST_COST_USD,
+)
 from monitor.detector import InlineDetector
 from monitor.trace import RagTrace, Usage
 
@@ -159,25 +165,25 @@ class CostDetector(InlineDetector):
     def __init__(self, config: CostConfig, registry: CollectorRegistry) -> None:
         self.prices = PriceBook(config.overrides)
         self._per_request = Histogram(
-            "rag_request_cost_usd",
+            REQUEST_COST_USD,
             "Cost of one RAG request in USD (all models it used).",
             buckets=COST_BUCKETS,
             registry=registry,
         )
         self._by_model = Counter(
-            "rag_cost_usd",
+            COST_USD_TOTAL,
             "Spend in USD by model (overrides and price-table models; others 'other').",
             ["model"],
             registry=registry,
         )
         self._unpriced = Counter(
-            "rag_cost_unpriced_requests",
+            COST_UNPRICED_REQUESTS_TOTAL,
             "Requests with a usage entry that could not be priced, by reason.",
             ["reason"],
             registry=registry,
         )
         pricing = Counter(
-            "rag_cost_requests",
+            COST_REQUESTS_TOTAL,
             "Requests by how much of their usage was priced: complete, partial (the observed "
             "cost is a lower bound) or unpriced (not observed).",
             ["pricing"],

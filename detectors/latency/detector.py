@@ -20,7 +20,8 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from monitor.config import LatencyConfig
+from detectors.latency.config import LatencyConfig
+from detectors.latency.names import STAGE_LATENCY_SECONDS, STAGE_LATENCY_WINDOW_SECONDS
 from monitor.detector import InlineDetector
 from monitor.trace import STAGES, RagTrace
 
@@ -82,7 +83,7 @@ class SlidingQuantiles(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
-            "rag_stage_latency_window_seconds",
+            STAGE_LATENCY_WINDOW_SECONDS,
             "Stage latency quantile over the sliding window (per replica; DDSketch, 0.5%).",
             labels=["stage", "quantile"],
         )
@@ -106,7 +107,7 @@ class LatencyDetector(InlineDetector):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         histogram = Histogram(
-            "rag_stage_latency_seconds",
+            STAGE_LATENCY_SECONDS,
             "Duration of each RAG pipeline stage (ttft: time to first token).",
             ["stage"],
             buckets=LATENCY_BUCKETS,

@@ -14,6 +14,7 @@ from typing import ClassVar, get_args
 
 from prometheus_client import CollectorRegistry, Counter
 
+from detectors.feedback.names import FEEDBACK_EVENTS_TOTAL
 from monitor.detector import InlineDetector
 from monitor.trace import Event, Feedback, FeedbackKind, RagTrace
 
@@ -33,7 +34,7 @@ class FeedbackDetector(InlineDetector):
 
     def __init__(self, registry: CollectorRegistry, max_tracked: int = MAX_TRACKED_QUERIES) -> None:
         counter = Counter(
-            "rag_feedback_events",
+            FEEDBACK_EVENTS_TOTAL,
             "Feedback events by kind; regenerate includes re-asks of the same query "
             f"in one session within {REASK_WINDOW_S:.0f} s.",
             ["kind"],

@@ -1,0 +1,59 @@
+"""``rag-monitor rules``, ``dashboard`` and ``demo``, registered in the entry-point group
+``rag_monitor.commands`` so that the command line (core) imports nothing from ``alerts``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from monitor.components import Command
+
+
+def _rules_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubernetes", action="store_true", help="wrap them in a PrometheusRule object"
+    )
+
+
+def _rules(args: argparse.Namespace, config: Any) -> int:
+    from alerts.rules import render_rules
+
+    sys.stdout.write(render_rules(config, kubernetes=args.kubernetes))
+    return 0
+
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+def _dashboard(args: argparse.Namespace, config: Any) -> int:
+    from alerts.dashboard import render_dashboard
+
+    sys.stdout.write(render_dashboard(config))
+    return 0
+
+
+RULES = Command(
+    ("rules",), "print the Prometheus recording and alerting rules", _rules_arguments, _rules
+)
+DASHBOARD = Command(("dashboard",), "print the Grafana dashboard", _no_arguments, _dashboard)
+
+
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--duration", type=float, default=None, help="seconds to run")
+
+
+def _demo(args: argparse.Namespace, config: Any) -> int:
+    from alerts.rules import build_rules
+    from monitor.demo import run_demo
+
+    return run_demo(config, args.duration, build_rules)
+
+
+DEMO = Command(
+    ("demo",),
+    "the sidecar plus a synthetic RAG service with scripted incidents",
+    _demo_arguments,
+    _demo,
+)

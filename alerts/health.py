@@ -1,0 +1,114 @@
+"""The sidecar's own share of the rules and the dashboard: is it scraped, does it
+dead-letter records or shed samples, are its workers alive. Components add the rest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from monitor.components import Panel, Row, RuleFragment
+from monitor.config import GuardrailsConfig
+from monitor.promql import JOB, alert, panel_rate, sum_increase
+
+PROMTOOL_TESTS = [Path(__file__).parent / "tests" / "monitor_test.yaml"]
+
+
+def rules(guardrails: GuardrailsConfig) -> RuleFragment:
+    """RagMonitorDown, RagMonitorDeadLetters, RagMonitorSheddingSamples, RagMonitorWorkerDown."""
+    window = guardrails.window
+    up = f'up{{job="{guardrails.job}"}}'
+    dead = 'rag_monitor_records_total{outcome="dead_lettered"}'
+    dropped = 'rag_monitor_samples_total{outcome="dropped"}'
+    alerts = [
+        alert(
+            guardrails,
+            "RagMonitorDown",
+            f"{up} == 0\nor\nabsent({up})",
+            severity="page",
+            summary="rag-monitor is not scraped ({{ $labels.job }})",
+            description="Prometheus cannot scrape the rag-monitor sidecar"
+            "{{ with $labels.instance }} {{ . }}{{ end }}, or has no target for it: every other "
+            "RAG alert, the entitlement alarm included, is blind meanwhile.",
+        ),
+        alert(
+            guardrails,
+            "RagMonitorDeadLetters",
+            f"{sum_increase(dead, window, 'job, collector')} > 0",
+            severity="ticket",
+            summary="rag-monitor dead-lettered records ({{ $labels.job }}, "
+            "{{ $labels.collector }})",
+            description='{{ $value | printf "%.0f" }} record(s) from the {{ $labels.collector }} '
+            f"collector could not be decoded in the last {window} and went to the dead "
+            "letters; the traces in them are missing from every metric.",
+            for_="0s",
+        ),
+        alert(
+            guardrails,
+            "RagMonitorSheddingSamples",
+            f"{sum_increase(dropped, window, 'job, detector')} > 0",
+            severity="ticket",
+            summary="rag-monitor sheds samples of the {{ $labels.detector }} detector "
+            "({{ $labels.job }})",
+            description='{{ $value | printf "%.0f" }} sampled trace(s) for '
+            f"{{{{ $labels.detector }}}} were dropped in the last {window} because its "
+            "queue was full; its metrics rest on a smaller sample than configured.",
+        ),
+        alert(
+            guardrails,
+            "RagMonitorWorkerDown",
+            "rag_monitor_worker_up == 0",  # exported by monitor.worker's Supervisor
+            severity="page",
+            summary="rag-monitor worker {{ $labels.worker }} died or stalled ({{ $labels.job }})",
+            description="The {{ $labels.worker }} thread of {{ $labels.instance }} died or "
+            "stopped beating its heartbeat, and /healthz answers 503; the signals it feeds "
+            "are missing meanwhile.",
+        ),
+    ]
+    return RuleFragment(alerting=alerts, promtool_tests=PROMTOOL_TESTS)
+
+
+def rows() -> list[Row]:
+    """Records by outcome, queue depth, samples shed, dead letters and Kafka lag."""
+    dead_lettered = panel_rate("rag_monitor_records_total", 'outcome="dead_lettered"')
+    panels = [
+        Panel(
+            "Records by outcome",
+            [
+                (
+                    panel_rate("rag_monitor_records_total", by="collector, outcome"),
+                    "{{collector}} {{outcome}}",
+                )
+            ],
+            unit="ops",
+            width=6,
+        ),
+        Panel(
+            "Queue depth",
+            [
+                (
+                    f"max by (instance, queue) (rag_monitor_queue_depth{{{JOB}}})",
+                    "{{instance}} {{queue}}",
+                )
+            ],
+            width=6,
+        ),
+        Panel(
+            "Samples shed",
+            [
+                (
+                    panel_rate("rag_monitor_samples_total", by="detector, outcome"),
+                    "{{detector}} {{outcome}}",
+                )
+            ],
+            unit="ops",
+            width=6,
+        ),
+        Panel(
+            "Dead-letter rate and Kafka lag",
+            [
+                (dead_lettered, "dead-lettered/s"),
+                (f"sum by (topic) (rag_monitor_kafka_lag_records{{{JOB}}})", "lag {{topic}}"),
+            ],
+            width=6,
+        ),
+    ]
+    return [Row("Sidecar health", panels)]

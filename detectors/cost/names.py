@@ -1,0 +1,14 @@
+"""Metric and recording-rule names of the cost detector: the one spelling its metrics,
+its rules and its panels share."""
+
+from __future__ import annotations
+
+REQUEST_COST_USD = "rag_request_cost_usd"  # histogram of the cost of each request
+COST_USD_TOTAL = "rag_cost_usd_total"  # spend by model
+COST_REQUESTS_TOTAL = "rag_cost_requests_total"  # requests by pricing outcome
+COST_UNPRICED_REQUESTS_TOTAL = "rag_cost_unpriced_requests_total"  # by reason
+
+
+def cost_per_query(window: str) -> str:
+    """The recorded mean cost per request per job over ``window``."""
+    return f"rag:request_cost_usd:mean{window}"

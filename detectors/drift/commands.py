@@ -1,0 +1,67 @@
+"""The drift detector's commands: ``rag-monitor report drift`` and ``drift set-reference``.
+
+The CLI finds them on the component (``DetectorComponent.commands``); the report
+and the reference store are imported only when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from monitor.components import Command
+
+
+def _report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--since", default="7d")
+    parser.add_argument("--out", type=Path, default=Path("report.html"), help=".html or .md")
+
+
+def _report(args: argparse.Namespace, config: Any) -> int:
+    from detectors.drift.report import write_report
+
+    try:
+        report = write_report(config, args.since, args.out)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"rag-monitor report drift: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.out}: {report.verdict} ({len(report.tests)} tests since {args.since})")
+    return 0
+
+
+def _set_reference_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--file", type=Path, help=".npy array or JSON lines of vectors")
+    source.add_argument("--from-window", choices=["latest"], help="the last tested window")
+    source.add_argument("--since", help="vectors sampled from tests in this period, e.g. 2d")
+
+
+def _set_reference(args: argparse.Namespace, config: Any) -> int:
+    from detectors.drift.reference import set_reference
+
+    try:
+        reference_id, size = set_reference(
+            config.detectors.drift,
+            config.service.state_dir,
+            from_window=args.from_window,
+            since=args.since,
+            file=args.file,
+        )
+    except (ValueError, OSError) as exc:
+        print(f"rag-monitor drift set-reference: {exc}", file=sys.stderr)
+        return 1
+    print(f"reference {reference_id}: {size} vectors, active from the next test")
+    return 0
+
+
+COMMANDS = (
+    Command(("report", "drift"), "write the weekly drift report", _report_arguments, _report),
+    Command(
+        ("drift", "set-reference"),
+        "replace the drift reference from the state or a file",
+        _set_reference_arguments,
+        _set_reference,
+    ),
+)

@@ -1,0 +1,8 @@
+"""Metric names of the drift detector that its rules and panels read: the one spelling
+its metrics, its rules and its panels share."""
+
+from __future__ import annotations
+
+P_VALUE = "rag_drift_p_value"  # gauges, label signal
+MMD_STATISTIC = "rag_drift_mmd_statistic"
+DETECTED = "rag_drift_detected"

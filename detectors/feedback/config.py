@@ -1,0 +1,9 @@
+"""The feedback detector has no settings: it gets no key under ``detectors:``."""
+
+from __future__ import annotations
+
+from monitor.section import Section
+
+
+class FeedbackConfig(Section):
+    """No settings; a component whose model has no fields gets no config key."""

@@ -1,0 +1,25 @@
+"""The filter-exclusion detector's registration (``rag_monitor.detectors: filter_exclusion``)."""
+
+from __future__ import annotations
+
+from detectors.filter_exclusion import alerting
+from detectors.filter_exclusion.config import FilterExclusionConfig
+from monitor.components import BuildContext, DetectorComponent
+from monitor.detector import Detector
+
+
+def _build(config: FilterExclusionConfig, context: BuildContext) -> Detector:
+    from detectors.filter_exclusion.detector import FilterExclusionDetector
+
+    return FilterExclusionDetector(config, context.registry)
+
+
+COMPONENT = DetectorComponent(
+    name="filter_exclusion",
+    config_model=FilterExclusionConfig,
+    description="relevance-filter false exclusions",
+    build=_build,
+    rules=alerting.rules,
+    rows=alerting.rows,
+    order=50,
+)

@@ -1,0 +1,112 @@
+"""The golden-set file and the verdict on one labeled query (see ``detector.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from monitor.events import InvalidRecord, parse_labels
+from monitor.trace import RagTrace
+
+
+class GoldenSetError(ValueError):
+    """The golden-set file cannot be used; the message names the file and line."""
+
+
+def load_golden_set(path: Path) -> dict[str, frozenset[str]]:
+    """Read ``{"probe_id": ..., "gold_doc_ids": [...]}`` JSON lines; other keys are ignored.
+
+    Blank lines are skipped; a line that is not a probe label, or a probe id
+    given twice, fails the whole file (a golden set must be unambiguous).
+    """
+    key = "detectors.filter_exclusion.golden_set"
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise GoldenSetError(f"{key}: cannot read {path}: {exc.strerror}") from exc
+    golden: dict[str, frozenset[str]] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{key}: {path}:{number}"
+        try:
+            labels = parse_labels(line)
+        except InvalidRecord as exc:
+            raise GoldenSetError(f"{where}: {exc}") from exc
+        if len(labels) != 1 or labels[0].probe_id is None:
+            raise GoldenSetError(f"{where}: expected one object with probe_id and gold_doc_ids")
+        probe_id = labels[0].probe_id
+        if probe_id in golden:
+            raise GoldenSetError(f"{where}: probe_id {probe_id!r} appears twice")
+        golden[probe_id] = frozenset(labels[0].gold_doc_ids)
+    return golden
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What a trace contributes to scoring: small enough to hold while it waits for gold."""
+
+    trace_id: str
+    probe_id: str | None
+    retrieved: tuple[str, ...]  # distinct doc ids in rank order, at most max(recall_k)
+    relevance_excluded: frozenset[str]
+    ineligible: frozenset[str]  # entitlement_excluded plus documents of another tenant
+
+    @classmethod
+    def of(cls, trace: RagTrace, depth: int) -> Evidence:
+        return cls(
+            trace_id=trace.trace_id,
+            probe_id=trace.probe_id,
+            retrieved=tuple(_distinct(trace.retrieved, depth)),
+            relevance_excluded=frozenset(trace.relevance_excluded),
+            ineligible=frozenset(trace.entitlement_excluded).union(foreign_documents(trace)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QueryScore:
+    """The verdict on one labeled query."""
+
+    eligible_gold: frozenset[str]
+    excluded_gold: frozenset[str]  # eligible gold removed by a relevance filter
+    recall: dict[int, float]  # k -> recall@k; empty without eligible gold
+
+    @property
+    def false_exclusion(self) -> bool:
+        """Every eligible gold document was removed by a relevance filter."""
+        return bool(self.eligible_gold) and self.excluded_gold == self.eligible_gold
+
+
+def score_query(gold: Iterable[str], evidence: Evidence, recall_k: Iterable[int]) -> QueryScore:
+    """Score ``evidence`` against ``gold`` minus the caller's ineligible documents."""
+    eligible = frozenset(gold) - evidence.ineligible
+    if not eligible:
+        return QueryScore(eligible, frozenset(), {})
+    recall = {
+        k: len(eligible.intersection(evidence.retrieved[:k])) / len(eligible) for k in recall_k
+    }
+    return QueryScore(eligible, eligible & evidence.relevance_excluded, recall)
+
+
+def _distinct(doc_ids: Iterable[str], limit: int) -> Iterator[str]:
+    """The first ``limit`` distinct ids: chunks of one document must not count twice."""
+    seen: set[str] = set()
+    for doc_id in doc_ids:
+        if len(seen) == limit:
+            return
+        if doc_id not in seen:
+            seen.add(doc_id)
+            yield doc_id
+
+
+def foreign_documents(trace: RagTrace) -> Iterator[str]:
+    """Contexts whose metadata tenant is known and is not the caller's, each id once."""
+    if trace.tenant is None:
+        return
+    seen: set[str] = set()
+    for context in trace.contexts:
+        tenant = context.tenant or context.metadata.get("tenant")
+        if isinstance(tenant, str) and tenant != trace.tenant and context.doc_id not in seen:
+            seen.add(context.doc_id)
+            yield context.doc_id

@@ -1,0 +1,189 @@
+"""Detector components: what a detector package registers so that the sidecar, the
+configuration, the alert rules and the dashboard find it without edits elsewhere.
+
+A package registers one ``DetectorComponent`` under the entry-point group
+``rag_monitor.detectors`` (``[project.entry-points."rag_monitor.detectors"]`` in
+its pyproject). The entry point's name is the component's config key under
+``detectors:``. The core never imports a detector: it loads the registered
+components here and asks each for its config model, its detector, its rules and
+its panels.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
+
+from monitor.detector import Detector
+from monitor.pipeline import Consumer, TraceAssembly
+
+ENTRY_POINT_GROUP = "rag_monitor.detectors"
+COLLECTOR_GROUP = "rag_monitor.collectors"
+COMMAND_GROUP = "rag_monitor.commands"
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a component may need beside its own config section to build its detector."""
+
+    registry: CollectorRegistry
+    state_dir: Path
+    root: Any  # the whole validated ``Config``, for settings shared across components
+
+
+@dataclass
+class Panel:
+    """One dashboard panel: PromQL queries with their legends."""
+
+    title: str
+    queries: list[tuple[str, str]]  # (PromQL, legend)
+    unit: str = "short"
+    kind: str = "timeseries"
+    description: str = ""
+    width: int = 8
+    thresholds: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Row:
+    """A dashboard row of panels."""
+
+    title: str
+    panels: list[Panel]
+
+
+@dataclass(frozen=True)
+class RuleFragment:
+    """A component's share of the rule file: recording rules, alerting rules, and the
+    promtool unit-test files that exercise them."""
+
+    recording: list[dict[str, Any]] = field(default_factory=list)
+    alerting: list[dict[str, Any]] = field(default_factory=list)
+    promtool_tests: list[Path] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A ``rag-monitor`` command: ``("rules",)`` or a verb and action, ``("report", "drift")``.
+
+    A detector component lists its commands in ``DetectorComponent.commands``;
+    other packages register one per entry point in ``rag_monitor.commands``
+    (entry name: the words joined by ``.``). ``arguments`` adds its options to
+    the parser (``--config`` is already there); ``run`` gets the parsed
+    arguments and the validated root ``Config`` and returns the exit code. Only
+    ``run`` of the chosen command is called after parsing, so heavy imports
+    belong inside it.
+    """
+
+    words: tuple[str] | tuple[str, str]
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, Any], int]
+
+
+def _no_rules(config: Any, guardrails: Any) -> RuleFragment:
+    return RuleFragment()
+
+
+def _no_rows(config: Any, guardrails: Any) -> list[Row]:
+    return []
+
+
+@dataclass(frozen=True)
+class DetectorComponent:
+    """A registered detector: its config model, how to build it, its rules and panels.
+
+    ``order`` places its rules and dashboard rows among the others (lower first).
+    ``rules`` and ``rows`` take the component's own validated config section and
+    the root ``guardrails`` section.
+    """
+
+    name: str
+    config_model: type[BaseModel]
+    description: str
+    build: Callable[[Any, BuildContext], Detector]
+    rules: Callable[[Any, Any], RuleFragment] = _no_rules
+    rows: Callable[[Any, Any], list[Row]] = _no_rows
+    order: int = 100
+    commands: Sequence[Command] = ()
+
+
+class Receiver(Protocol):
+    """What a collector component builds: a source of work for the pipeline."""
+
+    @property
+    def port(self) -> int | None:
+        """The bound port of a listening receiver; None for a client (Kafka)."""
+
+    def start(self) -> None: ...
+    def stop_intake(self) -> None: ...
+    def shutdown(self) -> None: ...
+    def ready(self) -> bool: ...
+
+
+def _no_receiver(config: Any, consumer: Consumer) -> Receiver | None:
+    return None
+
+
+@dataclass(frozen=True)
+class CollectorComponent:
+    """A registered collector (entry-point group ``rag_monitor.collectors``).
+
+    ``build`` takes the root ``Config`` and the pipeline's ``Consumer`` and returns
+    its receiver, or None when the configuration leaves it off. The one component
+    with ``assembly`` turns spans into ``RagTrace`` values for the pipeline.
+    """
+
+    name: str
+    build: Callable[[Any, Consumer], Receiver | None] = _no_receiver
+    assembly: Callable[[Any], TraceAssembly] | None = None
+    order: int = 100
+
+
+ComponentT = TypeVar("ComponentT", DetectorComponent, CollectorComponent)
+
+
+def _load(group: str, kind: type[ComponentT]) -> list[ComponentT]:
+    components = []
+    for entry in entry_points(group=group):
+        component = entry.load()
+        if not isinstance(component, kind) or component.name != entry.name:
+            raise TypeError(
+                f"entry point {entry.name} = {entry.value} in {group} must be a "
+                f"{kind.__name__} named {entry.name!r}"
+            )
+        components.append(component)
+    return sorted(components, key=lambda component: (component.order, component.name))
+
+
+def load_components() -> Sequence[DetectorComponent]:
+    """The registered detectors, by ``order`` then name; fails naming a bad entry point."""
+    return _load(ENTRY_POINT_GROUP, DetectorComponent)
+
+
+def load_commands() -> list[Command]:
+    """The registered commands, then the detector components' commands."""
+    commands = []
+    for entry in entry_points(group=COMMAND_GROUP):
+        command = entry.load()
+        if not isinstance(command, Command) or ".".join(command.words) != entry.name:
+            raise TypeError(
+                f"entry point {entry.name} = {entry.value} in {COMMAND_GROUP} must be a "
+                f"Command with the words {entry.name.split('.')}"
+            )
+        commands.append(command)
+    for component in load_components():
+        commands.extend(component.commands)
+    return commands
+
+
+def load_collectors() -> Sequence[CollectorComponent]:
+    """The registered collectors, by ``order`` then name; fails naming a bad entry point."""
+    return _load(COLLECTOR_GROUP, CollectorComponent)

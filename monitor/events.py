@@ -1,0 +1,102 @@
+"""Label and feedback records: JSON bodies parsed into the core's ``Label`` and ``Feedback``.
+
+The event contract is the core's (``monitor/trace.py``), so its parsing is too:
+collectors read these records from their inputs and the filter-exclusion
+detector reads its golden-set file with the same grammar. A record either
+becomes a trusted value or an ``InvalidRecord`` whose message names the
+offending field.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeVar
+
+import orjson
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+
+from monitor.trace import MAX_DOCUMENTS, Feedback, FeedbackKind, Id, Label
+
+MAX_LABELS_PER_BODY = 10_000
+
+
+class InvalidRecord(ValueError):
+    """A record that cannot be used; the message is safe to log (it holds no text)."""
+
+
+class Record(BaseModel):
+    """Base of the record envelopes: unknown keys ignored, no NaN or infinity."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
+
+
+def validation_reason(errors: list[ErrorDetails]) -> str:
+    """The first error with its field path, and how many more there were."""
+    first = errors[0]
+    path = ".".join(str(part) for part in first["loc"]) or "record"
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{path}: {first['msg']}{more}"
+
+
+def load_json(body: bytes) -> Any:
+    """Decode ``body``; ``InvalidRecord`` if it is not JSON."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRecord(f"invalid JSON: {exc.msg}") from exc
+
+
+RecordT = TypeVar("RecordT", bound=Record)
+
+
+class _LabelRecord(Record):
+    trace_id: Id | None = None
+    probe_id: Id | None = None
+    gold_doc_ids: Annotated[list[Id], Field(min_length=1, max_length=MAX_DOCUMENTS)]
+
+    @model_validator(mode="after")
+    def _one_key(self) -> _LabelRecord:
+        if (self.trace_id is None) == (self.probe_id is None):
+            raise ValueError("exactly one of trace_id and probe_id is required")
+        return self
+
+
+class _FeedbackRecord(Record):
+    trace_id: Id
+    kind: FeedbackKind
+    reason: Annotated[str, StringConstraints(max_length=256)] | None = None
+    session_id: Id | None = None
+
+
+def parse_labels(body: bytes) -> list[Label]:
+    """Parse a label record: one JSON object or a list of them."""
+    return [
+        Label(tuple(r.gold_doc_ids), trace_id=r.trace_id, probe_id=r.probe_id)
+        for r in _parse_many(body, _LabelRecord)
+    ]
+
+
+def parse_feedback(body: bytes) -> list[Feedback]:
+    """Parse a feedback record: one JSON object or a list of them."""
+    return [
+        Feedback(r.trace_id, r.kind, reason=r.reason, session_id=r.session_id)
+        for r in _parse_many(body, _FeedbackRecord)
+    ]
+
+
+def _parse_many(body: bytes, model: type[RecordT]) -> list[RecordT]:
+    document = load_json(body)
+    items = document if isinstance(document, list) else [document]
+    if not items or len(items) > MAX_LABELS_PER_BODY:
+        raise InvalidRecord(f"expected 1 to {MAX_LABELS_PER_BODY} records")
+    try:
+        return [model.model_validate(item) for item in items]
+    except ValidationError as exc:
+        raise InvalidRecord(validation_reason(exc.errors())) from exc

@@ -1,0 +1,428 @@
+"""Integration-only helpers and fixtures: OTLP posting, real Prometheus and Alertmanager,
+a Tansu broker's test-side clients, and the filter-exclusion probe requests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.consumer.fetcher import ConsumerRecord
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+from monitor.config import Config
+from monitor.sidecar import Sidecar
+from tests.conftest import CALLER, DOCUMENTS, LEAK_CONTEXTS, Probe, free_port, unique, wait_until
+from tests.otel_traffic import RagRequest, emit_rag_request, filter_attributes, tracer_for
+
+# --- OTLP over HTTP ---------------------------------------------------------------------------
+
+STAGES = ("embed", "retrieve", "rerank", "generate", "total")
+
+
+def requests_for(count: int) -> list[RagRequest]:
+    base = time.time_ns()
+    return [
+        RagRequest(start_ns=base + i * 10**9, generate_s=0.5 + i / 100, retrieve_s=0.05 + i / 1000)
+        for i in range(count)
+    ]
+
+
+def post(
+    sidecar: Sidecar,
+    path: str,
+    body: bytes,
+    content_type: str,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, bytes, dict[str, str]]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{sidecar.http.port}{path}",  # type: ignore[union-attr]
+        data=body,
+        headers={"Content-Type": content_type, **(headers or {})},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read(), dict(response.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), dict(exc.headers)
+
+
+# --- Prometheus and Alertmanager ------------------------------------------------------------
+
+JOB = "rag-monitor"
+# A short rate window keeps the p95 responsive enough for a test of about a minute.
+TEST_WINDOW = "15s"
+
+
+def with_test_window(config: Config) -> Config:
+    """``config`` with the short ``guardrails.window`` of these tests."""
+    guardrails = config.guardrails.model_copy(update={"window": TEST_WINDOW})
+    return config.model_copy(update={"guardrails": guardrails})
+
+
+def binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} is not installed (Debian: prometheus, prometheus-alertmanager)")
+    return path
+
+
+def http_get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except OSError:
+        return 0, b""
+
+
+# --- Prometheus and Alertmanager processes ----------------------------------------------------
+
+
+class Services:
+    """Starts real Prometheus and Alertmanager processes in a temp dir on free ports."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def _start(self, name: str, argv: list[str], ready_url: str) -> None:
+        with (self.directory / f"{name}.log").open("ab") as log:
+            process = subprocess.Popen(
+                argv, cwd=self.directory, stdout=log, stderr=subprocess.STDOUT
+            )
+        self.processes.append(process)
+
+        def ready() -> bool:
+            if process.poll() is not None:
+                log_text = (self.directory / f"{name}.log").read_text(errors="replace")
+                raise AssertionError(f"{name} exited with {process.returncode}:\n{log_text}")
+            return http_get(ready_url)[0] == 200
+
+        wait_until(ready, timeout=30, every=0.1)
+
+    def start_alertmanager(self, webhook_url: str) -> str:
+        """Alertmanager routing everything to ``webhook_url`` at once; returns its base URL."""
+        config = {
+            "route": {
+                "receiver": "webhook",
+                "group_by": ["alertname", "stage"],
+                "group_wait": "1s",
+                "group_interval": "1s",
+                "repeat_interval": "1h",
+            },
+            "receivers": [
+                {
+                    "name": "webhook",
+                    "webhook_configs": [{"url": webhook_url, "send_resolved": True}],
+                }
+            ],
+        }
+        config_path = self.directory / "alertmanager.yml"
+        config_path.write_text(yaml.safe_dump(config))
+        address = f"127.0.0.1:{free_port()}"
+        self._start(
+            "alertmanager",
+            [
+                binary("prometheus-alertmanager"),
+                f"--config.file={config_path}",
+                f"--storage.path={self.directory / 'alertmanager-data'}",
+                f"--web.listen-address={address}",
+                "--cluster.listen-address=",
+            ],
+            f"http://{address}/-/ready",
+        )
+        return f"http://{address}"
+
+    def start_prometheus(
+        self, sidecar: Sidecar, rules: str | None = None, alertmanager: str | None = None
+    ) -> str:
+        """Prometheus scraping ``sidecar`` every second; returns its base URL."""
+        config: dict[str, Any] = {
+            "global": {
+                "scrape_interval": "1s",
+                "evaluation_interval": "1s",
+                "scrape_timeout": "1s",
+            },
+            "scrape_configs": [
+                {
+                    "job_name": JOB,
+                    "static_configs": [{"targets": [f"127.0.0.1:{sidecar.metrics_server.port}"]}],
+                }
+            ],
+        }
+        if rules is not None:
+            (self.directory / "rules.yaml").write_text(rules)
+            config["rule_files"] = ["rules.yaml"]
+        if alertmanager is not None:
+            target = urllib.parse.urlsplit(alertmanager).netloc
+            config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [target]}]}]}
+        config_path = self.directory / "prometheus.yml"
+        config_path.write_text(yaml.safe_dump(config))
+        address = f"127.0.0.1:{free_port()}"
+        self._start(
+            "prometheus",
+            [
+                binary("prometheus"),
+                f"--config.file={config_path}",
+                f"--storage.tsdb.path={self.directory / 'prometheus-data'}",
+                f"--web.listen-address={address}",
+                # resolved and firing alerts reach Alertmanager within a second
+                "--rules.alert.resend-delay=1s",
+            ],
+            f"http://{address}/-/ready",
+        )
+        return f"http://{address}"
+
+    def shutdown(self) -> None:
+        for process in reversed(self.processes):
+            process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+
+
+@pytest.fixture
+def services(tmp_path: Path) -> Iterator[Services]:
+    """Real Prometheus and Alertmanager processes for one test, stopped after it."""
+    started = Services(tmp_path)
+    yield started
+    started.shutdown()
+
+
+def query_series(prometheus: str, promql: str) -> dict[frozenset[tuple[str, str]], float]:
+    """Evaluate ``promql`` now via /api/v1/query: {labels: value} for each series of the result."""
+    url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    status, body = http_get(url)
+    assert status == 200, body
+    answer = json.loads(body)
+    assert answer["status"] == "success", answer
+    assert answer["data"]["resultType"] == "vector", answer
+    return {
+        frozenset(item["metric"].items()): float(item["value"][1])
+        for item in answer["data"]["result"]
+    }
+
+
+# --- traffic ---------------------------------------------------------------------------------
+
+
+class SteadyTraffic:
+    """Sends OpenInference requests every ``every`` seconds through the real OTLP/HTTP exporter.
+
+    Each round is ``rounds()``, by default one request whose generate stage lasts
+    ``generate_s`` (which may be changed while it runs).
+    """
+
+    def __init__(
+        self,
+        sidecar: Sidecar,
+        generate_s: float = 0.5,
+        every: float = 0.05,
+        rounds: Callable[[], Sequence[RagRequest]] | None = None,
+    ) -> None:
+        endpoint = f"http://127.0.0.1:{sidecar.http.port}/v1/traces"  # type: ignore[union-attr]
+        self.provider, self.tracer = tracer_for(OTLPSpanExporter(endpoint=endpoint))
+        self.generate_s = generate_s
+        self.every = every
+        self.sent = 0
+        self._rounds = rounds or self._one_request
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _one_request(self) -> list[RagRequest]:
+        return [RagRequest(start_ns=time.time_ns(), generate_s=self.generate_s)]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for request in self._rounds():
+                emit_rag_request(self.tracer, request)
+                self.sent += 1
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> SteadyTraffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.provider.shutdown()
+
+
+# --- Kafka ------------------------------------------------------------------------------------
+
+# Tansu answers a group's first JoinGroup after half the session timeout: 22.5 s
+# with kafka-python's 45 s default, 3 s with this. A short session also lets the
+# group drop a killed member quickly.
+CONSUMER_SETTINGS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+
+
+def trace_id() -> str:
+    return uuid.uuid4().hex
+
+
+def rag_trace(**fields: object) -> bytes:
+    """A ``rag-trace/1`` record; a fresh trace id unless one is given."""
+    record = {"schema": "rag-trace/1", "trace_id": trace_id(), "tenant": "acme",
+              "stages": {"retrieve": 0.08, "generate": 0.9, "total": 1.1}}  # fmt: skip
+    return orjson.dumps({**record, **fields})
+
+
+# --- broker access ------------------------------------------------------------------------
+
+
+class Broker:
+    """Test-side clients of one broker: create topics, produce, read committed offsets."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        self.producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+
+    def close(self) -> None:
+        self.producer.close(timeout=5)
+        self.admin.close()
+
+    def create_topic(self, name: str, partitions: int = 1) -> str:
+        self.admin.create_topics([NewTopic(name, partitions, 1)])
+        return name
+
+    def produce(
+        self, topic: str, values: Sequence[bytes], partitions: int = 1
+    ) -> list[tuple[int, int]]:
+        """Send ``values[i]`` to partition ``i % partitions``; their (partition, offset)."""
+        futures = [
+            self.producer.send(topic, value=value, partition=i % partitions)
+            for i, value in enumerate(values)
+        ]
+        self.producer.flush()
+        return [(m.partition, m.offset) for m in (f.get(timeout=30) for f in futures)]
+
+    def committed(self, group: str) -> dict[TopicPartition, int]:
+        """The group's committed offsets."""
+        offsets = self.admin.list_group_offsets(group)[group]
+        return {tp: meta.offset for tp, meta in offsets.items()}
+
+    def read(self, topic: str) -> list[ConsumerRecord]:
+        """Every record of ``topic``, read without a group up to the high watermarks."""
+        records: list[ConsumerRecord] = []
+        with self._reader(topic) as (consumer, tps):
+
+            def at_end() -> bool:
+                for batch in consumer.poll(timeout_ms=200).values():
+                    records.extend(batch)
+                return all(
+                    consumer.highwater(tp) is not None
+                    and consumer.position(tp) >= consumer.highwater(tp)
+                    for tp in tps
+                )
+
+            wait_until(at_end)
+        return records
+
+    def high_watermarks(self, topic: str) -> dict[TopicPartition, int]:
+        """From a fetch response: Tansu's ListOffsets ("end_offsets") is wrong (README, "Development")."""
+        with self._reader(topic) as (consumer, tps):
+
+            def known() -> bool:
+                consumer.poll(timeout_ms=100, max_records=1, update_offsets=False)
+                return all(consumer.highwater(tp) is not None for tp in tps)
+
+            wait_until(known)
+            return {tp: consumer.highwater(tp) for tp in tps}
+
+    @contextlib.contextmanager
+    def _reader(self, topic: str) -> Iterator[tuple[KafkaConsumer, list[TopicPartition]]]:
+        """A group-less consumer assigned every partition of ``topic``, at offset 0."""
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
+        try:
+            partitions = wait_until(lambda: consumer.partitions_for_topic(topic))
+            tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+            consumer.assign(tps)
+            for tp in tps:
+                consumer.seek(tp, 0)
+            yield consumer, tps
+        finally:
+            consumer.close()
+
+
+@pytest.fixture(scope="module")
+def broker(kafka_bootstrap: str) -> Iterator[Broker]:
+    """Test-side clients of the session's broker, shared by the tests of one module."""
+    clients = Broker(kafka_bootstrap)
+    yield clients
+    clients.close()
+
+
+def kafka_settings(
+    bootstrap: str, traces: list[str], labels: str | None = None, feedback: str | None = None
+) -> dict[str, Any]:
+    """``collectors.kafka`` with a fresh group and dead-letter topic."""
+    return {
+        "bootstrap_servers": bootstrap,
+        "group_id": unique("group"),
+        "topics": {"traces": traces, "labels": labels, "feedback": feedback},
+        "dead_letter_topic": unique("dlq"),
+        "consumer": CONSUMER_SETTINGS,
+    }
+
+
+def traces_topic(broker: Broker, partitions: int) -> tuple[str, dict[str, Any]]:
+    """A fresh trace topic and ``collectors.kafka`` settings that read it."""
+    topic = broker.create_topic(unique("traces"), partitions)
+    return topic, kafka_settings(broker.bootstrap, [topic])
+
+
+def ends(topic: str, placed: Sequence[tuple[int, int]]) -> dict[TopicPartition, int]:
+    """The offset after the last record produced, per partition: where commits must reach."""
+    end: dict[TopicPartition, int] = {}
+    for partition, offset in placed:
+        tp = TopicPartition(topic, partition)
+        end[tp] = max(end.get(tp, 0), offset + 1)
+    return end
+
+
+# --- filter exclusion -------------------------------------------------------------------------
+
+
+def probe_request(probe: Probe | None, start_ns: int) -> RagRequest:
+    """One acme request as the service traces it: the probe replay, or the leaking request."""
+    if probe is None:
+        documents, attributes = list(LEAK_CONTEXTS), filter_attributes()
+    else:
+        filtering = probe.filtering()
+        documents = filtering["retrieved"]
+        attributes = filter_attributes(
+            probe_id=probe.probe_id,
+            predicate=filtering["filter_predicate"],
+            relevance_excluded=filtering["relevance_excluded"],
+            entitlement_excluded=filtering["entitlement_excluded"],
+        )
+    return RagRequest(
+        start_ns=start_ns,
+        tenant=CALLER,
+        documents=[(d, DOCUMENTS[d][0]) for d in documents],
+        doc_metadata={d: {"locale": DOCUMENTS[d][1]} for d in documents},
+        extra=attributes,
+    )

@@ -1,0 +1,97 @@
+"""Imports go one way: the core imports no component; components import only the core."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("monitor", "collectors", "detectors", "alerts")
+
+
+def _imports(path: Path) -> Iterator[tuple[int, str]]:
+    """Every absolute module a file imports, at any depth (inside functions too)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.lineno, node.module
+
+
+def _owner(path: Path) -> str:
+    """``monitor``, ``collectors``, ``alerts``, or ``detectors.<name>`` for a detector package."""
+    parts = path.relative_to(ROOT).parts
+    if parts[0] == "detectors" and len(parts) > 2:
+        return f"detectors.{parts[1]}"
+    return parts[0]
+
+
+def _allowed(owner: str, module: str) -> bool:
+    top = module.split(".", maxsplit=1)[0]
+    if top not in PACKAGES:
+        return True  # the standard library and third-party packages
+    if top == "monitor":
+        return True  # the core: everyone may import it
+    if owner.startswith("detectors."):
+        return module == owner or module.startswith(owner + ".")
+    return top == owner
+
+
+def _violations() -> list[str]:
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            owner = _owner(path)
+            for line, module in _imports(path):
+                if not _allowed(owner, module):
+                    found.append(f"{path.relative_to(ROOT)}:{line}: {owner} imports {module}")
+    return found
+
+
+def test_imports_follow_the_layers() -> None:
+    """monitor imports no component; collectors, each detector and alerts import only the core."""
+    assert _violations() == []
+
+
+@pytest.mark.parametrize(
+    ("owner", "module", "allowed"),
+    [
+        ("monitor", "collectors.assembly", False),
+        ("monitor", "detectors.drift.report", False),
+        ("monitor", "alerts.rules", False),
+        ("collectors", "monitor.pipeline", True),
+        ("collectors", "detectors.cost", False),
+        ("detectors.cost", "monitor.trace", True),
+        ("detectors.cost", "detectors.cost.config", True),
+        ("detectors.cost", "detectors.latency.config", False),
+        ("detectors.cost", "detectors", False),
+        ("detectors.cost", "collectors.records", False),
+        ("alerts", "monitor.components", True),
+        ("alerts", "detectors.drift.alerting", False),
+    ],
+    ids=str,
+)
+def test_the_rule_itself(owner: str, module: str, allowed: bool) -> None:
+    """The rule refuses each kind of import the layering forbids and allows the core."""
+    assert _allowed(owner, module) is allowed
+
+
+def test_modules_and_functions_stay_small() -> None:
+    """Every source module is under 400 lines and every function under 80."""
+    too_long = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            name = path.relative_to(ROOT)
+            if text.count("\n") >= 400:
+                too_long.append(f"{name}: {text.count(chr(10))} lines")
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    length = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if length >= 80:
+                        too_long.append(f"{name}:{node.lineno} {node.name}: {length} lines")
+    assert too_long == []
