@@ -12,7 +12,7 @@ rather than trusted: a producer's typo must not crash a detector.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -163,34 +163,34 @@ class TraceMapper:
     ) -> str | None:
         """Plain request input, else a JSON pointer into it, the query embedding's text,
         the retriever's input, or the last user message of the first generation."""
-        plain, document = io_value(request.attributes, "input")
-        found = plain or first_pointer(document, self._query_pointers)
-        if found is None and embedding_span is not None:
-            found = usable_text(embedding_span.attributes.get(_QUERY_TEXT))
-        for retriever in retrievers:
-            if found is not None:
-                return found
-            plain, document = io_value(retriever.attributes, "input")
-            found = plain or first_pointer(document, self._query_pointers)
-        for generation in generations:
-            if found is not None:
-                return found
-            found = last_user_message(generation.attributes)
-        return found
+        found = self._io_text(request, "input", self._query_pointers)
+        if found is not None:  # the common case, without building the fallbacks
+            return found
+
+        def candidates() -> Iterator[str | None]:
+            if embedding_span is not None:
+                yield usable_text(embedding_span.attributes.get(_QUERY_TEXT))
+            for retriever in retrievers:
+                yield self._io_text(retriever, "input", self._query_pointers)
+            for generation in generations:
+                yield last_user_message(generation.attributes)
+
+        return next((found for found in candidates() if found is not None), None)
 
     def _answer(self, request: Span, generations: Sequence[Span]) -> str | None:
         """Plain request output, else a JSON pointer into it, else the final generation's text."""
-        plain, document = io_value(request.attributes, "output")
-        if plain is not None:
-            return plain
-        found = first_pointer(document, self._answer_pointers)
-        if found is not None:
+        found = self._io_text(request, "output", self._answer_pointers)
+        if found is not None:  # the common case, without building the fallbacks
             return found
-        for generation in sorted(generations, key=lambda s: s.end_ns, reverse=True):
-            answer = generated_text(generation.attributes)
-            if answer is not None:
-                return answer
-        return None
+        latest_first = sorted(generations, key=lambda s: s.end_ns, reverse=True)
+        candidates = (generated_text(generation.attributes) for generation in latest_first)
+        return next((found for found in candidates if found is not None), None)
+
+    @staticmethod
+    def _io_text(span: Span, which: str, pointers: Sequence[tuple[str, ...]]) -> str | None:
+        """A span's ``input``/``output`` when plain text, else the first JSON pointer's text."""
+        plain, document = io_value(span.attributes, which)
+        return plain or first_pointer(document, pointers)
 
     def _context(self, doc: Mapping[str, Any]) -> Context:
         metadata = json_object(doc.get("metadata"))
