@@ -4,6 +4,7 @@ dead-letter records or shed samples, are its workers alive. Components add the r
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from monitor.components import Panel, Row, RuleFragment
 from monitor.config import GuardrailsConfig
@@ -13,10 +14,12 @@ PROMTOOL_TESTS = [Path(__file__).parent / "tests" / "monitor_test.yaml"]
 
 
 def rules(guardrails: GuardrailsConfig) -> RuleFragment:
-    """RagMonitorDown, RagMonitorDeadLetters, RagMonitorSheddingSamples, RagMonitorWorkerDown."""
+    """RagMonitorDown, RagMonitorDeadLetters, RagMonitorSheddingSamples, RagMonitorWorkerDown,
+    RagMonitorStateNearFull, RagMonitorTraceTooLarge."""
     window = guardrails.window
     up = f'up{{job="{guardrails.job}"}}'
-    dead = 'rag_monitor_records_total{outcome="dead_lettered"}'
+    # skipped: a poison record that could not even be dead-lettered as a reference
+    dead = 'rag_monitor_records_total{outcome=~"dead_lettered|skipped"}'
     dropped = 'rag_monitor_samples_total{outcome="dropped"}'
     alerts = [
         alert(
@@ -38,7 +41,8 @@ def rules(guardrails: GuardrailsConfig) -> RuleFragment:
             "{{ $labels.collector }})",
             description='{{ $value | printf "%.0f" }} record(s) from the {{ $labels.collector }} '
             f"collector could not be decoded in the last {window} and went to the dead "
-            "letters; the traces in them are missing from every metric.",
+            "letters (or, where even that failed, were skipped and logged); the traces in them "
+            "are missing from every metric.",
             for_="0s",
         ),
         alert(
@@ -62,8 +66,43 @@ def rules(guardrails: GuardrailsConfig) -> RuleFragment:
             "stopped beating its heartbeat, and /healthz answers 503; the signals it feeds "
             "are missing meanwhile.",
         ),
+        *_bound_alerts(guardrails),
     ]
     return RuleFragment(alerting=alerts, promtool_tests=PROMTOOL_TESTS)
+
+
+def _bound_alerts(guardrails: GuardrailsConfig) -> list[dict[str, Any]]:
+    """A bound the sidecar keeps is reached: its state budget, spans per trace."""
+    refused, window = "rag_monitor_refused_spans_total", guardrails.window
+    return [
+        alert(
+            guardrails,
+            "RagMonitorStateNearFull",
+            # exported by monitor.state: bytes per file of state_dir, and the budget
+            "sum by (job, instance) (rag_monitor_state_bytes)\n> on (job, instance)\n"
+            "0.9 * max by (job, instance) (rag_monitor_state_max_bytes)",
+            severity="ticket",
+            summary="rag-monitor state_dir is over 90% of its budget ({{ $labels.job }})",
+            description="service.state_dir of {{ $labels.instance }} holds "
+            "{{ $value | humanize1024 }}B, over 90% of service.state_max_bytes: the drift store "
+            "prunes itself at 85%, so something else fills the directory (a moved-aside corrupt "
+            "file, another file, or a reference larger than the budget). Its history is cut "
+            "meanwhile; raise the budget or clean the directory before the disk fills.",
+        ),
+        alert(
+            guardrails,
+            "RagMonitorTraceTooLarge",
+            f"{sum_increase(refused, window, 'job, collector')} > 0",
+            severity="ticket",
+            summary="rag-monitor refused spans of oversized traces ({{ $labels.job }}, "
+            "{{ $labels.collector }})",
+            description='{{ $value | printf "%.0f" }} span(s) from the {{ $labels.collector }} '
+            f"collector were refused in the last {window} because their trace already held "
+            "assembly.max_spans_per_trace spans; a producer sends runaway traces (an agent "
+            "loop, mis-nested instrumentation). Those traces are measured on a part of them.",
+            for_="0s",
+        ),
+    ]
 
 
 def rows() -> list[Row]:
@@ -106,7 +145,11 @@ def rows() -> list[Row]:
             "Dead-letter rate and Kafka lag",
             [
                 (dead_lettered, "dead-lettered/s"),
-                (f"sum by (topic) (rag_monitor_kafka_lag_records{{{JOB}}})", "lag {{topic}}"),
+                # Per partition, so that one stalled partition shows; its owner reports it.
+                (
+                    f"max by (topic, partition) (rag_monitor_kafka_lag_records{{{JOB}}})",
+                    "lag {{topic}}/{{partition}}",
+                ),
             ],
             width=6,
         ),

@@ -5,7 +5,13 @@ before or after the root. A trace is emitted once: ``grace_s`` after its root
 span arrived (``complete``), ``ttl_s`` after its first span without a root
 (``expired``), or early when more than ``max_pending_traces`` are held
 (``evicted``, the oldest first). Spans arriving for a trace already emitted
-are counted as late and dropped, so a straggler cannot make a second request.
+are counted as late and dropped, so a straggler cannot make a second request;
+emitted trace ids are remembered for ``2 * ttl_s`` (and at most 200,000), so that
+memory levels off after two TTLs instead of growing with traffic.
+A trace holds at most ``max_spans_per_trace`` spans: further ones are refused
+and counted, and the trace is emitted as usual with the spans it holds (its
+root still completes it when the root is among the refused), so no producer
+can make one trace cost the pipeline thread more than that bound.
 
 Single-threaded by design: only the pipeline thread calls it. ``SpanAssembly``
 is what the core pipeline is given: the assembler plus the OpenInference
@@ -24,7 +30,7 @@ import structlog
 from collectors.openinference import TraceMapper
 from collectors.otlp import Span
 from monitor.config import AssemblyConfig, MappingConfig
-from monitor.pipeline import EmittedTrace, Ticket
+from monitor.pipeline import Added, EmittedTrace, Ticket
 from monitor.trace import Source
 
 log = structlog.get_logger("rag_monitor.assembly")
@@ -39,6 +45,7 @@ class _Pending:
     spans: dict[str, Span] = field(default_factory=dict)
     root_seen: float | None = None
     tickets: list[Ticket] = field(default_factory=list)
+    refused: int = 0  # spans over max_spans_per_trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,15 +61,23 @@ class SpanAssembler:
     """Holds pending traces; ``add`` spans, then collect ``due`` traces."""
 
     def __init__(
-        self, grace_s: float, ttl_s: float, max_pending: int, remember_emitted: int = 200_000
+        self,
+        grace_s: float,
+        ttl_s: float,
+        max_pending: int,
+        max_spans: int = 5_000,
+        remember_emitted: int = 200_000,
     ) -> None:
+        self._remember_s = 2 * ttl_s
         self._grace_s = grace_s
         self._ttl_s = ttl_s
         self._max_pending = max_pending
+        self._max_spans = max_spans
         self._pending: OrderedDict[str, _Pending] = OrderedDict()  # oldest first
         self._root_deadlines: deque[tuple[float, str]] = deque()
-        self._emitted: OrderedDict[str, None] = OrderedDict()
+        self._emitted: OrderedDict[str, float] = OrderedDict()  # trace id -> emitted at
         self._remember_emitted = remember_emitted
+        self._now = 0.0  # the latest clock reading given, for when an emission happens
 
     @property
     def pending(self) -> int:
@@ -70,9 +85,11 @@ class SpanAssembler:
 
     def add(
         self, spans: Iterable[Span], source: Source, now: float, ticket: Ticket | None = None
-    ) -> tuple[list[AssembledTrace], int]:
-        """Add spans; returns traces evicted to stay under the limit and the late-span count."""
-        late = 0
+    ) -> tuple[list[AssembledTrace], int, int]:
+        """Add spans; returns the traces evicted to stay under the limit, the late-span count
+        and the count of spans refused over ``max_spans`` for their trace."""
+        late = refused = 0
+        self._now = now
         for span in spans:
             trace_id = span.trace_id
             pending = self._pending.get(trace_id)
@@ -81,17 +98,21 @@ class SpanAssembler:
                     late += 1
                     continue
                 pending = self._pending[trace_id] = _Pending(source, now)
+            if span.parent_span_id is None and pending.root_seen is None:
+                pending.root_seen = now
+                self._root_deadlines.append((now + self._grace_s, trace_id))
+            if len(pending.spans) >= self._max_spans and span.span_id not in pending.spans:
+                pending.refused += 1
+                refused += 1
+                continue
             if ticket is not None and (not pending.tickets or pending.tickets[-1] is not ticket):
                 ticket.hold()
                 pending.tickets.append(ticket)
             pending.spans[span.span_id] = span
-            if span.parent_span_id is None and pending.root_seen is None:
-                pending.root_seen = now
-                self._root_deadlines.append((now + self._grace_s, trace_id))
         evicted = []
         while len(self._pending) > self._max_pending:
             evicted.append(self._emit(next(iter(self._pending)), "evicted"))
-        return evicted, late
+        return evicted, late, refused
 
     def claim(self, trace_id: str) -> bool:
         """Mark a trace that arrived whole as emitted; False if it was seen before."""
@@ -102,6 +123,8 @@ class SpanAssembler:
 
     def due(self, now: float) -> list[AssembledTrace]:
         """Traces whose grace period or TTL has run out."""
+        self._now = now
+        self._forget_emitted_before(now - self._remember_s)
         ready = []
         while self._root_deadlines and self._root_deadlines[0][0] <= now:
             _, trace_id = self._root_deadlines.popleft()
@@ -125,13 +148,25 @@ class SpanAssembler:
     def _emit(self, trace_id: str, outcome: Outcome) -> AssembledTrace:
         pending = self._pending.pop(trace_id)
         self._remember(trace_id)
+        if pending.refused:  # one line per oversized trace, never one per span
+            log.warning(
+                "trace_spans_refused",
+                trace_id=trace_id,
+                held=len(pending.spans),
+                refused=pending.refused,
+                max_spans_per_trace=self._max_spans,
+            )
         return AssembledTrace(
             trace_id, pending.source, list(pending.spans.values()), pending.tickets, outcome
         )
 
     def _remember(self, trace_id: str) -> None:
-        self._emitted[trace_id] = None
+        self._emitted[trace_id] = self._now
         if len(self._emitted) > self._remember_emitted:
+            self._emitted.popitem(last=False)
+
+    def _forget_emitted_before(self, cutoff: float) -> None:
+        while self._emitted and next(iter(self._emitted.values())) < cutoff:
             self._emitted.popitem(last=False)
 
 
@@ -140,7 +175,10 @@ class SpanAssembly:
 
     def __init__(self, assembly: AssemblyConfig, mapping: MappingConfig) -> None:
         self._assembler = SpanAssembler(
-            assembly.grace_s, assembly.ttl_s, assembly.max_pending_traces
+            assembly.grace_s,
+            assembly.ttl_s,
+            assembly.max_pending_traces,
+            assembly.max_spans_per_trace,
         )
         self._mapper = TraceMapper(mapping)
 
@@ -150,9 +188,9 @@ class SpanAssembly:
 
     def add(
         self, spans: Iterable[Span], source: Source, now: float, ticket: Ticket | None
-    ) -> tuple[list[EmittedTrace], int]:
-        evicted, late = self._assembler.add(spans, source, now, ticket)
-        return self._mapped(evicted), late
+    ) -> Added:
+        evicted, late, refused = self._assembler.add(spans, source, now, ticket)
+        return Added(self._mapped(evicted), late, refused)
 
     def claim(self, trace_id: str) -> bool:
         return self._assembler.claim(trace_id)

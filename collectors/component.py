@@ -12,16 +12,23 @@ from typing import Any, Protocol
 from monitor.components import CollectorComponent, Receiver
 from monitor.pipeline import Consumer, TraceAssembly
 
+# A request already in a handler when the stop begins gets this long to be answered:
+# its submit waits 2 s at most, and the stop must fit the 30 s Kubernetes grace period.
+STOP_INTAKE_S = 5.0
+
 
 class _Server(Protocol):
     @property
     def port(self) -> int: ...
     def start(self) -> None: ...
+    def stop_intake(self, timeout_s: float) -> bool: ...
     def shutdown(self) -> None: ...
 
 
 class ListeningReceiver:
-    """A server as a ``Receiver``: ready while listening; intake stops with the server."""
+    """A server as a ``Receiver``: ready while listening. ``stop_intake`` returns once no
+    request can still be accepted: new ones are refused (retry elsewhere) and those in
+    progress have been answered, so that everything answered OK is in the pipeline."""
 
     def __init__(self, server: _Server) -> None:
         self.server = server
@@ -40,10 +47,11 @@ class ListeningReceiver:
 
     def stop_intake(self) -> None:
         self.listening = False
-        self.server.shutdown()
+        self.server.stop_intake(STOP_INTAKE_S)
 
     def shutdown(self) -> None:
-        self.stop_intake()
+        self.listening = False
+        self.server.shutdown()
 
 
 def _span_assembly(config: Any) -> TraceAssembly:

@@ -2,17 +2,18 @@
 
 At-least-once: a record's offset is committed only after every trace it fed
 has passed the inline detectors (its ``Ticket`` is released), and only as a
-contiguous prefix per partition. A record that cannot be decoded is copied to
-the dead-letter topic with the reason and its origin in headers before its
-offset counts as done. A broker that is down is retried with backoff; the
-sidecar stays up and reports not-ready.
+contiguous prefix per partition, on a short time-and-count cadence
+(``commit_interval_s``, ``commit_every_records``) so that a crash replays few
+records. A record that cannot be decoded goes to the dead-letter topic
+(``collectors/kafka_dead_letter.py``: whole, as a reference, or skipped, never
+a stalled partition) before its offset counts as done. A broker that is down is
+retried with backoff; the sidecar stays up and, after ``ready_grace_s``
+without a broker connection or a stable group membership, reports not-ready.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -25,6 +26,9 @@ from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
+from collectors.kafka_dead_letter import DeadLetters
+from collectors.kafka_group import consumer_settings, in_group
+from collectors.kafka_offsets import OffsetTracker
 from collectors.otlp import PayloadError, decode_otlp_json, decode_otlp_proto
 from collectors.records import parse_rag_trace
 from monitor.events import InvalidRecord, parse_feedback, parse_labels
@@ -34,42 +38,18 @@ from monitor.worker import Worker
 
 log = structlog.get_logger("rag_monitor.kafka")
 
-_POLL_TIMEOUT_MS = 200
-_COMMIT_INTERVAL_S = 1.0
+_POLL_TIMEOUT_MS = 100
+# A full pipeline queue is waited on in slices this long, committing in between.
+_SUBMIT_WAIT_S = 0.05
 _MAX_BACKOFF_S = 30.0
-# A dead-letter write may wait 30 s for its broker: a stall is longer than that,
-# and stop waits for it (the consumer is not safe to close under a running poll).
+# kafka-python waits request_timeout_ms (30 s) for a commit by default.
+_COMMIT_TIMEOUT_MS = 5000
+# A dead-letter write may hold the consumer thread for a few attempts of up to 25 s;
+# a stall is longer than that, and stop waits for it (the consumer is not safe to
+# close under a running poll).
 _STALL_S = 60.0
 _STOP_TIMEOUT_S = 60.0
-# Under ``collectors.kafka.consumer``. kafka-python waits 30 s by default for a
-# broker that is down, and the stop flag is only seen between attempts: SIGTERM
-# would wait that long (about a Kubernetes grace period). ``consumer`` may set
-# it higher for slow handshakes.
-_CONSUMER_DEFAULTS = {"max_poll_records": 500, "bootstrap_timeout_ms": 5000}
 _NETWORK_CLIENT = KafkaConsumer.DEFAULT_CONFIG["kafka_client"]
-
-REASON_HEADER = "rag-monitor-reason"
-SOURCE_TOPIC_HEADER = "rag-monitor-source-topic"
-SOURCE_PARTITION_HEADER = "rag-monitor-source-partition"
-SOURCE_OFFSET_HEADER = "rag-monitor-source-offset"
-
-
-def consumer_settings(config: KafkaConfig) -> dict[str, Any]:
-    """The consumer's kafka-python settings: ours, then ``consumer`` and ``security``."""
-    return {
-        "bootstrap_servers": config.bootstrap_servers,
-        "group_id": config.group_id,
-        "enable_auto_commit": False,  # offsets are committed after processing
-        "auto_offset_reset": "earliest",
-        **_CONSUMER_DEFAULTS,
-        **config.consumer,
-        **config.security,
-    }
-
-
-def producer_settings(config: KafkaConfig) -> dict[str, Any]:
-    """The dead-letter producer's kafka-python settings: no consumer tuning, only ``security``."""
-    return {"bootstrap_servers": config.bootstrap_servers, "acks": "all", **config.security}
 
 
 def decode_trace_record(value: bytes, payload_format: PayloadFormat) -> tuple[WorkItem, int]:
@@ -107,54 +87,6 @@ def sniff_format(value: bytes) -> PayloadFormat:
     return "otlp_json"
 
 
-class _OffsetTracker:
-    """Offsets in flight per partition; yields the contiguous done prefix to commit."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._issued: dict[TopicPartition, deque[int]] = {}
-        self._done: dict[TopicPartition, set[int]] = {}
-
-    def issue(self, tp: TopicPartition, offset: int) -> None:
-        with self._lock:
-            self._issued.setdefault(tp, deque()).append(offset)
-            self._done.setdefault(tp, set())
-
-    def done(self, tp: TopicPartition, offset: int) -> None:
-        with self._lock:
-            if tp in self._done:  # else: revoked meanwhile, the new owner re-reads it
-                self._done[tp].add(offset)
-
-    def committable(self, only: set[TopicPartition] | None = None) -> dict[TopicPartition, int]:
-        """Next offsets to commit for partitions whose done prefix advanced."""
-        advanced = {}
-        with self._lock:
-            for tp, issued in self._issued.items():
-                if only is not None and tp not in only:
-                    continue
-                done, last = self._done[tp], None
-                while issued and issued[0] in done:
-                    last = issued.popleft()
-                    done.discard(last)
-                if last is not None:
-                    advanced[tp] = last + 1
-        return advanced
-
-    def in_flight(self) -> int:
-        with self._lock:
-            return sum(len(issued) for issued in self._issued.values())
-
-    def partitions(self) -> list[TopicPartition]:
-        with self._lock:
-            return list(self._issued)
-
-    def forget(self, tps: set[TopicPartition]) -> None:
-        with self._lock:
-            for tp in tps:
-                self._issued.pop(tp, None)
-                self._done.pop(tp, None)
-
-
 class KafkaCollector:
     """Consumes the configured topics on its own thread."""
 
@@ -169,13 +101,12 @@ class KafkaCollector:
     ) -> None:
         if config.bootstrap_servers is None:
             raise ValueError("collectors.kafka.bootstrap_servers is not set")
+        consumer_settings(config)  # an invalid POD_NAME fails at start-up, not at connect
         self._config = config
         self._pipeline = pipeline
         self._consumer_factory = consumer_factory
-        self._producer_factory = producer_factory
         self._consumer: KafkaConsumer | None = None
-        self._producer: KafkaProducer | None = None
-        self._offsets = _OffsetTracker()
+        self._offsets = OffsetTracker()
         self._backoff = 1.0
         self._worker: Worker[None] = Worker(
             "kafka",
@@ -185,13 +116,25 @@ class KafkaCollector:
             stall_after_s=_STALL_S,
             registry=pipeline.metrics.registry,
         )
-        self._joined = False
-        self._last_commit = time.monotonic()
-        self._lag_topics: set[str] = set()
+        self._dead_letters = (
+            None
+            if config.dead_letter_topic is None
+            else DeadLetters(
+                config,
+                config.dead_letter_topic,
+                producer_factory,
+                pause=self._worker.pause,
+                stopping=lambda: self._worker.stopping,
+            )
+        )
+        self._in_group_at: float | None = None  # last seen in the group, broker reachable
+        self._last_commit = self._last_lag = time.monotonic()
+        self._lag_series: set[tuple[str, str]] = set()
 
     def ready(self) -> bool:
-        """True once the consumer has joined its group and holds its assignment."""
-        return self._joined
+        """Joined once, and in the group with a broker connection within ``ready_grace_s``."""
+        seen = self._in_group_at
+        return seen is not None and time.monotonic() - seen <= self._config.ready_grace_s
 
     def start(self) -> None:
         self._worker.start()
@@ -207,10 +150,9 @@ class KafkaCollector:
         if consumer is not None:
             self._commit(consumer)
             consumer.close(autocommit=False)
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            producer.close(timeout=5)
-        self._joined = False
+        if self._dead_letters is not None:
+            self._dead_letters.close()
+        self._in_group_at = None
 
     # --- consumer thread -------------------------------------------------------------
 
@@ -222,7 +164,6 @@ class KafkaCollector:
                 self._backoff = 1.0
             self._poll_once(self._consumer)
         except KafkaError as exc:
-            self._joined = self._joined and self._consumer is not None
             log.warning("kafka_unavailable", error=type(exc).__name__, retry_in_s=self._backoff)
             self._worker.pause(self._backoff)
             self._backoff = min(self._backoff * 2, _MAX_BACKOFF_S)
@@ -237,7 +178,6 @@ class KafkaCollector:
 
     def _restart_consumer(self) -> None:
         consumer, self._consumer = self._consumer, None
-        self._joined = False
         self._offsets.forget(set(self._offsets.partitions()))
         if consumer is not None:
             consumer.close(autocommit=False)
@@ -254,16 +194,20 @@ class KafkaCollector:
             started.append(_NETWORK_CLIENT(**configs))
             return started[-1]
 
+        settings = consumer_settings(self._config)
         try:
-            consumer = self._consumer_factory(
-                kafka_client=network_client, **consumer_settings(self._config)
-            )
+            consumer = self._consumer_factory(kafka_client=network_client, **settings)
         except KafkaError:
             for client in started:
                 client.close()
             raise
         consumer.subscribe(subscribed, listener=_Rebalance(self, consumer))
-        log.info("kafka_subscribed", topics=subscribed, group_id=self._config.group_id)
+        log.info(
+            "kafka_subscribed",
+            topics=subscribed,
+            group_id=self._config.group_id,
+            group_instance_id=settings.get("group_instance_id"),
+        )
         return consumer
 
     def _poll_once(self, consumer: KafkaConsumer) -> None:
@@ -274,28 +218,57 @@ class KafkaCollector:
                     # Not handed over: rewind so a later poll or the next owner reads it again.
                     consumer.seek(tp, record.offset)
                     break
-                self._handle(tp, record)
-        if time.monotonic() - self._last_commit >= _COMMIT_INTERVAL_S:
-            self._commit(consumer)
+                self._handle(consumer, tp, record)
+                self._maybe_commit(consumer)
+        self._housekeeping(consumer)
+
+    def _housekeeping(self, consumer: KafkaConsumer) -> None:
+        """Between records and while waiting: membership, commit cadence, lag."""
+        if in_group(consumer):
+            self._in_group_at = time.monotonic()
+        self._maybe_commit(consumer)
+        if time.monotonic() - self._last_lag >= self._config.commit_interval_s:
             self._report_lag(consumer)
 
+    def _maybe_commit(self, consumer: KafkaConsumer) -> None:
+        # Whichever comes first bounds what a crash replays (README, Kafka).
+        if (
+            self._offsets.done_since_commit >= self._config.commit_every_records
+            or time.monotonic() - self._last_commit >= self._config.commit_interval_s
+        ):
+            if in_group(consumer):
+                self._commit(consumer)
+            else:  # it would wait for the coordinator; the offsets keep till it is back
+                self._last_commit = time.monotonic()
+
     def _report_lag(self, consumer: KafkaConsumer) -> None:
-        # The fetch high watermark, not end_offsets(): some brokers (Tansu) answer
-        # ListOffsets "latest" with the last batch's base offset.
-        lag: dict[str, int] = dict.fromkeys(self._lag_topics, 0)
-        for tp in consumer.assignment():
+        """Per assigned partition: high watermark minus the committed offset."""
+        self._last_lag = time.monotonic()
+        gauge = self._pipeline.metrics.kafka_lag
+        assigned = consumer.assignment()
+        for tp in assigned:
+            # The fetch high watermark, not end_offsets(): some brokers (Tansu) answer
+            # ListOffsets "latest" with the last batch's base offset.
             highwater = consumer.highwater(tp)
+            committed = self._offsets.committed_offset(tp)
             try:
-                position = consumer.position(tp, timeout_ms=0) if highwater is not None else None
+                if committed is None and highwater is not None:
+                    # Nothing read since the assignment: the position is the committed offset.
+                    committed = consumer.position(tp, timeout_ms=0)
             except KafkaError:  # revoked meanwhile, or no position yet
                 continue
-            if highwater is not None and position is not None:
-                lag[tp.topic] = lag.get(tp.topic, 0) + max(0, highwater - position)
-        for topic, records in lag.items():
-            self._pipeline.metrics.kafka_lag.labels(topic).set(records)
-        self._lag_topics = set(lag)
+            if highwater is not None and committed is not None:
+                gauge.labels(tp.topic, str(tp.partition)).set(max(0, highwater - committed))
+                self._lag_series.add((tp.topic, str(tp.partition)))
+        self._forget_lag(self._lag_series - {(tp.topic, str(tp.partition)) for tp in assigned})
 
-    def _handle(self, tp: TopicPartition, record: ConsumerRecord) -> None:
+    def _forget_lag(self, series: set[tuple[str, str]]) -> None:
+        """Drop the series of partitions this replica no longer owns (their owner reports them)."""
+        for labels in series & self._lag_series:
+            self._pipeline.metrics.kafka_lag.remove(*labels)
+        self._lag_series -= series
+
+    def _handle(self, consumer: KafkaConsumer, tp: TopicPartition, record: ConsumerRecord) -> None:
         topics = self._config.topics
         value: bytes = record.value or b""
         rejected = 0
@@ -307,56 +280,35 @@ class KafkaCollector:
             else:
                 item, rejected = decode_trace_record(value, self._config.format)
         except (InvalidRecord, PayloadError) as exc:
-            self._dead_letter(record, str(exc))
+            self._dead_letter(tp, record, str(exc))
             return
         except Exception as exc:
             # A decoder bug must not end this thread (the sidecar would stay ready
             # and read nothing): the record waits in the dead-letter topic instead.
             log.warning("kafka_decoder_failed", error=type(exc).__name__, exc_info=True)
-            self._dead_letter(record, f"decoder failed: {type(exc).__name__}")
+            self._dead_letter(tp, record, f"decoder failed: {type(exc).__name__}")
             return
         if rejected:
             self._pipeline.metrics.rejected_spans.labels("kafka").inc(rejected)
         self._offsets.issue(tp, record.offset)
         ticket = Ticket(partial(self._offsets.done, tp, record.offset))
-        self._pipeline.submit(replace(item, ticket=ticket))
+        item = replace(item, ticket=ticket)
+        # A full queue is waited on in slices: commits and the membership check go on.
+        while not self._pipeline.submit(item, timeout=_SUBMIT_WAIT_S):
+            if self._worker.pause(0):
+                return  # stopping: left uncommitted, read again after the restart
+            self._housekeeping(consumer)
 
-    def _dead_letter(self, record: ConsumerRecord, reason: str) -> None:
+    def _dead_letter(self, tp: TopicPartition, record: ConsumerRecord, reason: str) -> None:
         metrics = self._pipeline.metrics
-        topic = self._config.dead_letter_topic
-        if topic is None:
+        if self._dead_letters is None:
             metrics.count_record("kafka", "invalid")
-            return
-        headers = [
-            *(record.headers or []),
-            (REASON_HEADER, reason.encode()),
-            (SOURCE_TOPIC_HEADER, record.topic.encode()),
-            (SOURCE_PARTITION_HEADER, str(record.partition).encode()),
-            (SOURCE_OFFSET_HEADER, str(record.offset).encode()),
-        ]
-        backoff = 1.0
-        while True:
-            try:
-                producer = self._dlq_producer()
-                producer.send(topic, value=record.value, key=record.key, headers=headers).get(
-                    timeout=30
-                )
-                break
-            except KafkaError as exc:
-                if self._worker.stopping:
-                    raise  # left uncommitted: read again after the restart
-                log.warning("dead_letter_failed", error=type(exc).__name__, retry_in_s=backoff)
-                self._worker.pause(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF_S)
-        metrics.count_record("kafka", "dead_lettered")
-        tp = TopicPartition(record.topic, record.partition)
+        elif self._dead_letters.send(record, reason) == "skipped":
+            metrics.count_record("kafka", "skipped")
+        else:  # whole, or as a reference
+            metrics.count_record("kafka", "dead_lettered")
         self._offsets.issue(tp, record.offset)
         self._offsets.done(tp, record.offset)
-
-    def _dlq_producer(self) -> KafkaProducer:
-        if self._producer is None:
-            self._producer = self._producer_factory(**producer_settings(self._config))
-        return self._producer
 
     def _commit(self, consumer: KafkaConsumer, only: set[TopicPartition] | None = None) -> None:
         self._last_commit = time.monotonic()
@@ -364,10 +316,17 @@ class KafkaCollector:
         if not offsets:
             return
         try:
-            consumer.commit({tp: OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()})
+            consumer.commit(
+                {tp: OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()},
+                timeout_ms=_COMMIT_TIMEOUT_MS,
+            )
         except KafkaError as exc:
-            # The records will be read again by whoever owns the partition: at-least-once.
+            # Carried by the next commit; should this process die first, the records
+            # are read again by whoever owns the partition: at-least-once.
             log.warning("kafka_commit_failed", error=type(exc).__name__)
+            self._offsets.commit_failed(offsets)
+        else:
+            self._offsets.committed(offsets)
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -379,7 +338,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         revoked = set(revoked)
         self._collector._commit(self._consumer, only=revoked)
         self._collector._offsets.forget(revoked)
+        self._collector._forget_lag({(tp.topic, str(tp.partition)) for tp in revoked})
 
     def on_partitions_assigned(self, assigned: Any) -> None:
-        self._collector._joined = True
         log.info("kafka_assigned", partitions=len(assigned))

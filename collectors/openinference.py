@@ -35,6 +35,7 @@ from collectors.span_text import (
     usable_text,
     vector,
 )
+from collectors.span_tree import depths
 from collectors.span_usage import calls_counted_once, embedding_usage, llm_usage, provider
 from monitor.config import MappingConfig
 from monitor.trace import Context, RagTrace, Source, Usage
@@ -305,18 +306,11 @@ def _span_kind(span: Span) -> str:
 
 def _request_span(spans: Sequence[Span], kinds: Mapping[str, str]) -> Span:
     """The span standing for the whole request: the shallowest CHAIN/AGENT span, else the root."""
-    by_id = {span.span_id: span for span in spans}
-
-    def depth(span: Span) -> int:
-        level, parent = 0, span.parent_span_id
-        while parent in by_id and level < len(spans):
-            level, parent = level + 1, by_id[parent].parent_span_id
-        return level
-
     candidates = [span for span in spans if kinds[span.span_id] in _REQUEST_KINDS] or spans
     if len(candidates) == 1:
         return candidates[0]
-    return min(candidates, key=lambda span: (depth(span), span.start_ns))
+    depth = depths(spans)
+    return min(candidates, key=lambda span: (depth[span.span_id], span.start_ns))
 
 
 def _covered_s(intervals: list[tuple[int, int]], lower_ns: int, upper_ns: int) -> float:

@@ -27,6 +27,8 @@ from monitor.config import OtlpConfig
 from monitor.pipeline import Consumer, SpanBatch
 
 _SUBMIT_TIMEOUT_S = 2.0
+_KEEPALIVE_TIMEOUT_MS = 20_000  # a ping unanswered this long drops the connection
+_STOP_MARGIN_S = 2.0
 
 
 class _TraceService(TraceServiceServicer):
@@ -59,30 +61,56 @@ class _TraceService(TraceServiceServicer):
 
 
 class OtlpGrpcReceiver:
-    """The gRPC server on its own port; ``shutdown`` is safe before start and twice."""
+    """The gRPC server on its own port; ``shutdown`` is safe before start and twice.
 
-    def __init__(self, config: OtlpConfig, pipeline: Consumer, workers: int = 4) -> None:
+    Bounds (``collectors.otlp.grpc``): connections (``max_connections``), RPCs
+    running or queued (``max_concurrent_rpcs``: beyond, grpc answers
+    RESOURCE_EXHAUSTED), streams per connection, message size
+    (``max_request_bytes``), idle connections closed, silent clients pinged, a
+    handshake deadline. grpc refuses these itself; it offers no hook to count them.
+    """
+
+    def __init__(self, config: OtlpConfig, pipeline: Consumer) -> None:
         self._config = config
         self._service = _TraceService(pipeline, bearer_token(config))
-        self._workers = workers
         self._server: grpc.Server | None = None
         self.port: int = config.grpc.port
 
     def start(self) -> None:
-        limit = self._config.max_request_bytes
+        listener = self._config.grpc
         server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="otlp-grpc"),
-            options=[("grpc.max_receive_message_length", limit)],
+            futures.ThreadPoolExecutor(listener.handler_threads, thread_name_prefix="otlp-grpc"),
+            options=_server_options(self._config),
+            maximum_concurrent_rpcs=listener.max_concurrent_rpcs,
         )
         add_TraceServiceServicer_to_server(self._service, server)  # type: ignore[no-untyped-call]
-        address = f"{self._config.grpc.host}:{self._config.grpc.port}"
+        address = f"{listener.host}:{listener.port}"
         self.port = server.add_insecure_port(address)
         if self.port == 0:
             raise OSError(f"cannot listen on {address}")
         server.start()
         self._server = server
 
-    def shutdown(self, grace_s: float = 5.0) -> None:
+    def stop_intake(self, timeout_s: float) -> bool:
+        """Refuse new RPCs and wait up to ``timeout_s`` for those running to finish (past
+        it they are cancelled: their clients see CANCELLED, not OK). True when they did."""
         server, self._server = self._server, None
-        if server is not None:
-            server.stop(grace_s).wait()
+        if server is None:
+            return True
+        return bool(server.stop(timeout_s).wait(timeout_s + _STOP_MARGIN_S))
+
+    def shutdown(self) -> None:
+        self.stop_intake(0)
+
+
+def _server_options(config: OtlpConfig) -> list[tuple[str, int]]:
+    listener = config.grpc
+    return [
+        ("grpc.max_receive_message_length", config.max_request_bytes),
+        ("grpc.max_concurrent_streams", listener.max_concurrent_streams),
+        ("grpc.max_allowed_incoming_connections", listener.max_connections),
+        ("grpc.max_connection_idle_ms", int(listener.idle_timeout_s * 1000)),
+        ("grpc.keepalive_time_ms", int(listener.keepalive_s * 1000)),
+        ("grpc.keepalive_timeout_ms", _KEEPALIVE_TIMEOUT_MS),
+        ("grpc.server_handshake_timeout_ms", int(listener.handshake_timeout_s * 1000)),
+    ]

@@ -3,8 +3,10 @@
 Answers follow the OTLP/HTTP specification: 200 with an
 ``ExportTraceServiceResponse`` (``partial_success`` when some spans were
 refused), 400 with a ``google.rpc.Status`` for an undecodable body, 413 over
-``max_request_bytes``, 415 for other media types, 503 with ``Retry-After`` when
-the pipeline queue stays full, 401 without the bearer token once one is set.
+``max_request_bytes``, 415 for other media types, 411 without Content-Length,
+503 with ``Retry-After`` when the pipeline queue stays full (and, with
+``Connection: close``, once the sidecar is stopping), 401 without the bearer
+token once one is set. The transport and its bounds are ``monitor/server.py``'s.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import orjson
 from google.rpc.status_pb2 import Status
 
 from collectors.otlp import DecodedSpans, PayloadError, decode_otlp_json, decode_otlp_proto
-from monitor.config import OtlpConfig
+from monitor.config import HttpListener, OtlpConfig
 from monitor.events import InvalidRecord, parse_feedback, parse_labels
+from monitor.http_server import HttpLimits, HttpService
+from monitor.http_wire import Request, Response
 from monitor.pipeline import Consumer, Events, SpanBatch
-from monitor.server import HttpService, QuietHandler
 from monitor.trace import Event
 
 PROTOBUF = "application/x-protobuf"
@@ -37,107 +40,113 @@ _DISCARD_FACTOR = 4
 class _Refused(Exception):
     """Ends a request with an HTTP error status; the message goes into the body."""
 
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, headers: dict[str, str] | None = None, close: bool = False
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.headers = headers or {}
+        self.close = close
 
 
 def bearer_token(config: OtlpConfig) -> str | None:
-    """The token named by ``auth_token_env``; fails at start-up if that variable is unset."""
+    """The token named by ``auth_token_env``; fails at start-up if that variable is unset,
+    empty or only whitespace (a blank secret must not pass for a token)."""
     if config.auth_token_env is None:
         return None
     token = os.environ.get(config.auth_token_env)
-    if not token:
+    if token is None or not token.strip():
         raise ValueError(
             f"collectors.otlp.auth_token_env names {config.auth_token_env!r}, "
-            "but that environment variable is unset or empty"
+            "but that environment variable is unset, empty or only whitespace"
         )
     return token
 
 
+def http_limits(listener: HttpListener) -> HttpLimits:
+    """The server bounds configured under ``collectors.otlp.http``."""
+    return HttpLimits(
+        max_connections=listener.max_connections,
+        handler_threads=listener.handler_threads,
+        header_timeout_s=listener.header_timeout_s,
+        body_timeout_s=listener.body_timeout_s,
+        idle_timeout_s=listener.idle_timeout_s,
+        max_header_bytes=listener.max_header_bytes,
+    )
+
+
 class OtlpHttpReceiver(HttpService):
-    """The receiver; one instance per sidecar."""
+    """The receiver; one instance per sidecar. The route, the token and the declared
+    length are checked on the head, before the body is read; decoding and the
+    pipeline's submit run on a handler thread."""
 
     def __init__(self, config: OtlpConfig, pipeline: Consumer) -> None:
         self.config = config
         self.pipeline = pipeline
         self.token = bearer_token(config)
-        super().__init__(config.http.host, config.http.port, _OtlpHandler)
+        self._expected_auth = f"Bearer {self.token}".encode() if self.token else None
+        super().__init__(
+            "otlp_http",
+            config.http.host,
+            config.http.port,
+            http_limits(config.http),
+            registry=pipeline.metrics.registry,
+            discard_bytes=_DISCARD_FACTOR * config.max_request_bytes,
+        )
 
-
-class _OtlpHandler(QuietHandler):
-    def do_POST(self) -> None:
-        receiver: OtlpHttpReceiver = self.server.service  # type: ignore[attr-defined]
-        content_type = self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
-        route: dict[str, Callable[[OtlpHttpReceiver, bytes, str], bytes]] = {
-            "/v1/traces": _export_traces,
-            "/v1/labels": _post_labels,
-            "/v1/feedback": _post_feedback,
-        }
-        handle = route.get(self.path.split("?", 1)[0])
+    def refuse(self, request: Request) -> Response | None:
+        limit = self.config.max_request_bytes
         try:
-            if handle is None:
+            if request.path not in _ROUTES:
                 raise _Refused(404, "unknown path")
-            self._authorize(receiver.token, receiver.config.max_request_bytes)
-            body = self._read_body(receiver.config.max_request_bytes)
-            response = handle(receiver, body, content_type)
+            if request.method != "POST":
+                raise _Refused(405, "only POST", {"Allow": "POST"})
+            given = request.headers.get("authorization", "").encode()
+            if self._expected_auth is not None and not hmac.compare_digest(
+                given, self._expected_auth
+            ):
+                raise _Refused(401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"})
+            if request.content_length is None:
+                raise _Refused(411, "Content-Length is required", close=True)
+            if request.content_length > limit:
+                raise _Refused(
+                    413, f"body of {request.content_length} bytes exceeds max_request_bytes {limit}"
+                )
         except _Refused as refusal:
-            if refusal.status in _INVALID_BODY_STATUSES:
-                receiver.pipeline.metrics.count_record("otlp", "invalid")
-            self._send_status(refusal, content_type)
-        else:
-            self.send_body(200, response, PROTOBUF if content_type == PROTOBUF else JSON)
+            return self._refusal(refusal, _content_type(request))
+        return None
 
-    def _authorize(self, token: str | None, limit: int) -> None:
-        if token is None:
-            return
-        given = self.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            self._discard_body(limit)
-            raise _Refused(401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"})
+    def handle(self, request: Request) -> Response:
+        content_type = _content_type(request)
+        try:
+            body = _decoded_body(request, self.config.max_request_bytes)
+            answer = _ROUTES[request.path](self, body, content_type)
+        except _Refused as refusal:
+            return self._refusal(refusal, content_type)
+        return Response(200, answer, PROTOBUF if content_type == PROTOBUF else JSON)
 
-    def _discard_body(self, limit: int) -> None:
-        """Read and drop a refused body, so that the client, still sending, sees our
-        answer instead of a broken pipe; past a few times the limit, hang up instead."""
-        length_header = self.headers.get("Content-Length", "")
-        remaining = int(length_header) if length_header.isdigit() else -1
-        if not 0 <= remaining <= _DISCARD_FACTOR * limit:
-            self.close_connection = True
-            return
-        while remaining > 0:
-            chunk = self.rfile.read(min(remaining, 1 << 16))
-            if not chunk:
-                break
-            remaining -= len(chunk)
-
-    def _read_body(self, limit: int) -> bytes:
-        length_header = self.headers.get("Content-Length")
-        if length_header is None or not length_header.isdigit():
-            self.close_connection = True
-            raise _Refused(411, "Content-Length is required")
-        length = int(length_header)
-        if length > limit:
-            self._discard_body(limit)
-            raise _Refused(413, f"body of {length} bytes exceeds max_request_bytes {limit}")
-        body = self.rfile.read(length)
-        if len(body) < length:
-            self.close_connection = True
-            raise _Refused(400, "body shorter than Content-Length")
-        encoding = self.headers.get("Content-Encoding", "identity").strip().lower()
-        if encoding == "gzip":
-            return _gunzip(body, limit)
-        if encoding not in ("identity", ""):
-            raise _Refused(415, f"unsupported Content-Encoding {encoding!r}")
-        return body
-
-    def _send_status(self, refusal: _Refused, content_type: str) -> None:
+    def _refusal(self, refusal: _Refused, content_type: str) -> Response:
+        if refusal.status in _INVALID_BODY_STATUSES:
+            self.pipeline.metrics.count_record("otlp", "invalid")
         status = Status(code=_INVALID_ARGUMENT, message=str(refusal))
         if content_type == PROTOBUF:
             body, media = status.SerializeToString(), PROTOBUF
         else:
             body, media = orjson.dumps({"code": status.code, "message": status.message}), JSON
-        self.send_body(refusal.status, body, media, refusal.headers)
+        return Response(refusal.status, body, media, refusal.headers, refusal.close)
+
+
+def _content_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
+def _decoded_body(request: Request, limit: int) -> bytes:
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding == "gzip":
+        return _gunzip(request.body, limit)
+    if encoding not in ("identity", ""):
+        raise _Refused(415, f"unsupported Content-Encoding {encoding!r}")
+    return request.body
 
 
 def _gunzip(body: bytes, limit: int) -> bytes:
@@ -209,3 +218,10 @@ def _post_events(
 def _submit(receiver: OtlpHttpReceiver, item: SpanBatch | Events) -> None:
     if not receiver.pipeline.submit(item, timeout=_SUBMIT_TIMEOUT_S):
         raise _Refused(503, "pipeline queue is full, retry later", {"Retry-After": "1"})
+
+
+_ROUTES: dict[str, Callable[[OtlpHttpReceiver, bytes, str], bytes]] = {
+    "/v1/traces": _export_traces,
+    "/v1/labels": _post_labels,
+    "/v1/feedback": _post_feedback,
+}

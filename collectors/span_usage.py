@@ -7,6 +7,7 @@ from typing import Any
 
 from collectors.otlp import Span
 from collectors.span_text import count, text
+from collectors.span_tree import nearest_marked_ancestors
 from monitor.trace import Usage
 
 
@@ -16,17 +17,12 @@ def calls_counted_once(generations: Sequence[Span], spans: Sequence[Span]) -> Se
     spans' reports the same calls again, so only the nested spans count."""
     if len(generations) < 2:
         return generations
-    ids = {span.span_id for span in generations}
-    parents = {span.span_id: span.parent_span_id for span in spans}
+    # The nearest generation ancestor, through spans of other kinds.
+    nearest = nearest_marked_ancestors(spans, {span.span_id for span in generations})
     nested: dict[str, list[Span]] = {}
     for span in generations:
-        # The nearest generation ancestor, through spans of other kinds.
-        parent = span.parent_span_id
-        for _ in range(len(spans)):
-            if parent is None or parent in ids:
-                break
-            parent = parents.get(parent)
-        if parent in ids:
+        parent = nearest.get(span.span_id)
+        if parent is not None:
             nested.setdefault(parent, []).append(span)
     counted = []
     for span in generations:

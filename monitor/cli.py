@@ -2,7 +2,7 @@
 ``--help`` answers at once: torch, transformers, alibi-detect and phoenix are
 loaded only by the detector that needs them.
 
-``run`` and ``check-config`` are the core's; every other verb is a
+``run``, ``check-config`` and ``models fetch`` are the core's; every other verb is a
 registered ``Command`` (``monitor/components.py``): ``rules`` and ``dashboard``
 from ``alerts``, ``report drift`` and ``drift set-reference`` from the drift
 detector's component.
@@ -39,11 +39,27 @@ def _parser() -> argparse.ArgumentParser:
         return sub
 
     verb("run", "run the sidecar: OTLP receivers, Kafka consumer, /metrics")
+    _add_models(verbs)
     _add_registered_commands(verbs)
     check = verbs.add_parser("check-config", help="validate a configuration file and explain it")
     check.add_argument("file", type=Path, nargs="?", help="YAML file (omitted: the defaults)")
     check.add_argument("--explain", action="store_true", help="list every key with its meaning")
     return parser
+
+
+def _add_models(verbs: _Parsers[argparse.ArgumentParser]) -> None:
+    """``rag-monitor models fetch [--config FILE] [--to DIR]``."""
+    models = verbs.add_parser("models", help="models: fetch", description="models: fetch")
+    actions = models.add_subparsers(dest="action", required=True, metavar="ACTION")
+    text = (
+        "download the pinned models the configured detectors read (HHEM and its tokenizer, "
+        "the drift embedder when set), load them as the sidecar does, print the config lines"
+    )
+    fetch = actions.add_parser("fetch", help=text, description=text)
+    fetch.add_argument("--config", type=Path, help="YAML configuration (default: built-in)")
+    fetch.add_argument(
+        "--to", type=Path, metavar="DIR", help="into DIR instead of the Hugging Face cache"
+    )
 
 
 def _add_registered_commands(verbs: _Parsers[argparse.ArgumentParser]) -> None:
@@ -81,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level)
     if args.verb == "run":
         return _run(args.config)
+    if args.verb == "models":
+        return _fetch_models(args.config, args.to)
     if "command" in args:
         return _registered(args.config, args.command, args)
     print(
@@ -109,6 +127,16 @@ def _registered(path: Path | None, command: Command, args: argparse.Namespace) -
     if not isinstance(config, Config):
         return 1
     return command.run(args, config)
+
+
+def _fetch_models(path: Path | None, to: Path | None) -> int:
+    from monitor.config import Config
+    from monitor.models import fetch_models
+
+    config = _load(path)
+    if not isinstance(config, Config):
+        return 1
+    return fetch_models(config, to)
 
 
 def _check_config(path: Path | None, explain_keys: bool) -> int:

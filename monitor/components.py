@@ -88,6 +88,40 @@ class Command:
     run: Callable[[argparse.Namespace, Any], int]
 
 
+@dataclass(frozen=True)
+class ModelNeed:
+    """One model repository a detector reads from disk, for ``rag-monitor models fetch``.
+
+    The files of ``repo`` at ``revision`` (a commit hash where the detector pins
+    one) matching ``files``, plus the first of ``weights`` (alternatives, best
+    first) that the repository holds. Fetched to a directory, the copy goes to
+    ``directory`` under it and the section's key ``setting``, when given, is set
+    to that path.
+    """
+
+    repo: str
+    revision: str
+    files: tuple[str, ...]
+    directory: str
+    weights: tuple[str, ...] = ()
+    setting: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelSupport:
+    """How a detector's models are fetched and checked; each callable takes its section.
+
+    ``needs``: what to fetch under this section (empty when nothing is read
+    from the hub). ``load``: load them exactly as the detector does, raising
+    when they do not load. ``missing``: without heavy imports, one line per
+    model that is not on this machine.
+    """
+
+    needs: Callable[[Any], Sequence[ModelNeed]]
+    load: Callable[[Any], None]
+    missing: Callable[[Any], list[str]]
+
+
 def _no_rules(config: Any, guardrails: Any) -> RuleFragment:
     return RuleFragment()
 
@@ -113,6 +147,7 @@ class DetectorComponent:
     rows: Callable[[Any, Any], list[Row]] = _no_rows
     order: int = 100
     commands: Sequence[Command] = ()
+    models: ModelSupport | None = None  # models read from disk (``rag-monitor models fetch``)
 
 
 class Receiver(Protocol):

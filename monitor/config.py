@@ -32,6 +32,7 @@ from monitor.components import load_components
 from monitor.durations import Duration
 from monitor.kafka_config import KafkaConfig
 from monitor.section import Section
+from monitor.state import DEFAULT_STATE_MAX_BYTES
 
 ENV_PREFIX = "RAG_MONITOR_"
 
@@ -42,7 +43,52 @@ class Endpoint(Section):
 
 
 class Listener(Endpoint):
+    """A receiver's port and the bounds both OTLP servers share."""
+
     enabled: bool = Field(True, description="start this receiver")
+    max_connections: int = Field(
+        1024,
+        gt=0,
+        description="open connections at most; at the bound HTTP closes the longest-idle "
+        "keep-alive connection to make room, or else refuses the new one (503); gRPC refuses it",
+    )
+    handler_threads: int = Field(
+        4, gt=0, description="requests decoded and submitted at once; complete requests wait"
+    )
+    idle_timeout_s: float = Field(
+        60.0, gt=0, description="a keep-alive connection idle this long is closed"
+    )
+
+
+class HttpListener(Listener):
+    """The OTLP/HTTP receiver's port and bounds."""
+
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="a request's head must arrive whole within this (slowloris)"
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="a request's body must arrive whole within this after its head"
+    )
+    max_header_bytes: int = Field(
+        16_384, ge=1024, description="largest request head (request line + headers); else 431"
+    )
+
+
+class GrpcListener(Listener):
+    """The OTLP/gRPC receiver's port and bounds."""
+
+    max_concurrent_rpcs: int = Field(
+        64, gt=0, description="RPCs running or waiting at most; beyond: RESOURCE_EXHAUSTED"
+    )
+    max_concurrent_streams: int = Field(
+        16, gt=0, description="concurrent RPCs (HTTP/2 streams) on one connection"
+    )
+    keepalive_s: float = Field(
+        60.0, gt=0, description="ping a silent client this often; a dead one is dropped"
+    )
+    handshake_timeout_s: float = Field(
+        10.0, gt=0, description="a new connection must finish its HTTP/2 preface within this"
+    )
 
 
 class ServiceConfig(Section):
@@ -52,15 +98,23 @@ class ServiceConfig(Section):
     state_dir: Path = Field(
         Path("./rag-monitor-state"), description="drift reference, history, join state"
     )
+    state_max_bytes: int = Field(
+        DEFAULT_STATE_MAX_BYTES,
+        gt=0,
+        description="byte budget of everything in state_dir (1 GiB): past 85% of it the drift "
+        "store deletes its oldest samples, then references, then tests; "
+        "rag_monitor_state_bytes and the RagMonitorStateNearFull alert (90%) watch it",
+    )
 
 
 class OtlpConfig(Section):
-    http: Listener = Field(
-        default_factory=lambda: Listener(port=4318),
+    http: HttpListener = Field(
+        default_factory=lambda: HttpListener(port=4318),
         description="OTLP/HTTP: POST /v1/traces, /v1/labels, /v1/feedback",
     )
-    grpc: Listener = Field(
-        default_factory=lambda: Listener(port=4317), description="OTLP/gRPC TraceService/Export"
+    grpc: GrpcListener = Field(
+        default_factory=lambda: GrpcListener(port=4317),
+        description="OTLP/gRPC TraceService/Export",
     )
     auth_token_env: str | None = Field(
         None, description="name of an environment variable holding the required bearer token"
@@ -87,6 +141,12 @@ class AssemblyConfig(Section):
     ttl_s: float = Field(60.0, gt=0, description="emit a trace without root after this (expired)")
     max_pending_traces: int = Field(
         100_000, gt=0, description="traces held at most; the oldest is emitted early beyond it"
+    )
+    max_spans_per_trace: int = Field(
+        5_000,
+        gt=0,
+        description="spans held per trace at most; further spans of that trace are refused "
+        "(rag_monitor_refused_spans_total) and the trace is emitted with those it holds",
     )
 
 

@@ -215,6 +215,29 @@ def with_demo_settings(config: Config) -> Config:
     return config.model_copy(update={"detectors": detectors.model_copy(update=update)})
 
 
+FETCH_HOW = (
+    "run `rag-monitor models fetch` (with the demo's --config, if any) on a machine that "
+    "reaches huggingface.co, then start the demo again; it runs on without this detector"
+)
+
+
+def warn_missing_models(config: Config) -> list[str]:
+    """Log, per model a detector needs and this machine lacks, the command that fetches it."""
+    from monitor.components import load_components
+
+    missing = []
+    for component in load_components():
+        section = getattr(config.detectors, component.name, None)
+        if component.models is None or section is None:
+            continue
+        for model in component.models.missing(section):
+            log.warning(
+                "demo_model_missing", detector=component.name, model=model, how_to_fix=FETCH_HOW
+            )
+            missing.append(model)
+    return missing
+
+
 def _weighted(rng: random.Random, choices: tuple[tuple[str, str, float], ...]) -> tuple[str, str]:
     model, provider, _ = rng.choices(choices, weights=[w for *_, w in choices])[0]
     return model, provider
@@ -295,6 +318,7 @@ def run_demo(
     from monitor.sidecar import Sidecar
 
     config = with_demo_settings(config)
+    warn_missing_models(config)
     sidecar = Sidecar(config)
     sidecar.start()
     http = config.collectors.otlp.http

@@ -34,7 +34,7 @@ CONSUMER_SETTINGS = frozenset(
         *("request_timeout_ms", "retry_backoff_ms", "reconnect_backoff_ms"),
         *("reconnect_backoff_max_ms", "bootstrap_timeout_ms", "connections_max_idle_ms"),
         *("metadata_max_age_ms", "max_in_flight_requests_per_connection", "api_version"),
-        *("client_id", "client_rack", "client_dns_lookup", "group_instance_id"),
+        *("client_id", "client_rack", "client_dns_lookup"),
         *("partition_assignment_strategy", "isolation_level", "exclude_internal_topics"),
         *("allow_auto_create_topics", "enable_incremental_fetch_sessions", "proxy_url"),
         *("socks5_proxy", "socket_options", "receive_buffer_bytes", "send_buffer_bytes"),
@@ -46,6 +46,7 @@ CONSUMER_SETTINGS = frozenset(
 OWNED_SETTINGS = {
     "bootstrap_servers": "set it as collectors.kafka.bootstrap_servers",
     "group_id": "set it as collectors.kafka.group_id",
+    "group_instance_id": "set it as collectors.kafka.group_instance_id",
     "enable_auto_commit": "rag-monitor commits offsets itself, after processing",
     "auto_commit_interval_ms": "rag-monitor commits offsets itself, after processing",
     "default_offset_commit_callback": "rag-monitor commits offsets itself, after processing",
@@ -90,6 +91,8 @@ class KafkaTopics(_KafkaSection):
 
 
 PayloadFormat = Literal["auto", "otlp_proto", "otlp_json", "rag_trace_json"]
+# What kafka-python (and the Kafka protocol) accept as a group.instance.id.
+GROUP_INSTANCE_ID = r"^[A-Za-z0-9._-]{1,249}$"
 
 
 class KafkaConfig(_KafkaSection):
@@ -102,6 +105,39 @@ class KafkaConfig(_KafkaSection):
     dead_letter_topic: str | None = Field(
         "rag-monitor-dlq", description="where undecodable records go (null: only count them)"
     )
+    group_instance_id: str | None = Field(
+        None,
+        pattern=GROUP_INSTANCE_ID,
+        description="static group membership (Kafka >= 2.3): a restarted replica with the same "
+        "id gets its partitions back without a rebalance; unset: the POD_NAME environment "
+        "variable when set, else dynamic membership",
+    )
+    static_membership: bool = Field(
+        True,
+        description="join with group_instance_id (or POD_NAME); false: always dynamic "
+        "membership, for brokers whose static membership is broken (Tansu 0.6: README, Kafka)",
+    )
+    commit_interval_s: float = Field(
+        1.0, gt=0, description="commit the processed offsets at least this often"
+    )
+    commit_every_records: int = Field(
+        500,
+        gt=0,
+        description="and as soon as this many records were processed: a crash replays about "
+        "this many (README, Kafka)",
+    )
+    ready_grace_s: float = Field(
+        15.0,
+        gt=0,
+        description="/readyz answers 503 once the consumer has had no broker connection or no "
+        "stable group membership for this long",
+    )
+    dead_letter_tries: int = Field(
+        3,
+        ge=1,
+        description="attempts to write a dead letter, whole and then as a reference, before "
+        "the record is skipped (counted as skipped)",
+    )
     security: dict[str, Any] = Field(
         default_factory=dict,
         description="kafka-python security settings (security_protocol, sasl_*, ssl_*), "
@@ -110,7 +146,8 @@ class KafkaConfig(_KafkaSection):
     consumer: dict[str, Any] = Field(
         default_factory=dict,
         description="kafka-python consumer tuning (session_timeout_ms, fetch_max_bytes, ...); "
-        "rag-monitor's own unless set: max_poll_records 500, bootstrap_timeout_ms 5000",
+        "rag-monitor's own unless set: max_poll_records 500, bootstrap_timeout_ms 5000, "
+        "reconnect_backoff_max_ms 5000",
     )
 
     @field_validator("security", "consumer")

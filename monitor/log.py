@@ -1,14 +1,20 @@
 """structlog set-up: JSON lines on stderr, with the request text redacted.
 
 Query, answer and context text must never reach a log line, whoever logs it:
-the redaction stage drops those keys before rendering.
+the redaction stage drops those keys before rendering. Every line on stderr is
+one JSON object, whatever writes it: stdlib loggers (kafka-python, grpc) and
+warnings go through the same renderer, and an exception escaping a thread, the
+main thread or a destructor is logged with its traceback in the ``exception``
+field instead of Python's plain-text report.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
 from collections.abc import Mapping, MutableMapping
+from types import TracebackType
 from typing import Any
 
 import structlog
@@ -54,13 +60,16 @@ def configure_logging(level: str = "info") -> None:
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
-        RedactText(),
+        # Before redaction, which would turn an ``exc_info`` tuple into a list.
         structlog.processors.format_exc_info,
+        RedactText(),
     ]
     structlog.configure(
         processors=[*shared, structlog.processors.JSONRenderer()],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # One write per line (print writes the newline apart): a stdlib record from
+        # another thread cannot land between an event and its newline.
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
     handler = logging.StreamHandler(sys.stderr)
@@ -73,3 +82,41 @@ def configure_logging(level: str = "info") -> None:
     root.handlers = [handler]
     # Third-party libraries (kafka-python, grpc) log through stdlib; keep them at warning.
     root.setLevel(max(numeric, logging.WARNING))
+    logging.captureWarnings(True)  # warnings.warn goes through the handler above
+    install_exception_hooks()
+
+
+_hook_log = structlog.get_logger("rag_monitor.uncaught")
+_ExcInfo = tuple[type[BaseException], BaseException | None, TracebackType | None]
+
+
+def install_exception_hooks() -> None:
+    """Log what escapes a thread, the main thread or a destructor as one JSON line each."""
+    threading.excepthook = _thread_exception
+    sys.excepthook = _uncaught_exception
+    sys.unraisablehook = _unraisable_exception
+
+
+def _thread_exception(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit:  # threading ignores it too
+        return
+    exc_info: _ExcInfo = (args.exc_type, args.exc_value, args.exc_traceback)
+    thread = args.thread.name if args.thread is not None else None
+    _hook_log.error("thread_exception", thread=thread, exc_info=exc_info)
+
+
+def _uncaught_exception(
+    exc_type: type[BaseException], exc_value: BaseException, traceback: TracebackType | None
+) -> None:
+    _hook_log.critical("uncaught_exception", exc_info=(exc_type, exc_value, traceback))
+
+
+def _unraisable_exception(unraisable: sys.UnraisableHookArgs) -> None:
+    exc_info: _ExcInfo = (unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback)
+    # The object's type, not its repr: a repr can hold request text.
+    _hook_log.error(
+        "unraisable_exception",
+        message=unraisable.err_msg or "Exception ignored",
+        object_type=type(unraisable.object).__name__,
+        exc_info=exc_info,
+    )

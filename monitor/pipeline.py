@@ -11,6 +11,7 @@ collectors count only what they refuse (invalid, dead_lettered).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,13 +27,14 @@ from monitor.worker import Worker
 
 log = structlog.get_logger("rag_monitor.pipeline")
 
-RecordOutcome = Literal["ok", "invalid", "dead_lettered", "duplicate"]
+RecordOutcome = Literal["ok", "invalid", "dead_lettered", "skipped", "duplicate"]
 TraceOutcome = Literal["complete", "expired", "evicted", "not_rag"]
 _TICK_S = 0.05
-# What is still queued at shutdown is processed for this long (the Kubernetes
-# grace period is 30 s, and the detectors' workers drain after this), then counted
-# in rag_monitor_worker_dropped_total.
-DRAIN_S = 15.0
+# What is still queued at shutdown is processed for this long, then counted in
+# rag_monitor_worker_dropped_total. The stop budget inside Kubernetes' 30 s grace
+# period: receivers 5 s, this 12 s, then the detectors' workers in parallel (10 s
+# at most: the Phoenix annotator; drift 5 s).
+DRAIN_S = 12.0
 
 
 class Ticket:
@@ -69,6 +71,15 @@ class EmittedTrace:
     failed: bool = False  # the mapping raised; counted as an assembly error
 
 
+@dataclass(frozen=True, slots=True)
+class Added:
+    """What adding one batch of spans let go and refused."""
+
+    evicted: list[EmittedTrace]  # emitted early to keep the held traces bounded
+    late: int = 0  # spans of a trace already emitted
+    refused: int = 0  # spans over the per-trace bound (assembly.max_spans_per_trace)
+
+
 class TraceAssembly(Protocol):
     """Turns the spans collectors submit into traces; called on the pipeline thread only."""
 
@@ -76,10 +87,8 @@ class TraceAssembly(Protocol):
     def pending(self) -> int:
         """Traces held, waiting for more spans."""
 
-    def add(
-        self, spans: Sequence[Any], source: Source, now: float, ticket: Ticket | None
-    ) -> tuple[list[EmittedTrace], int]:
-        """Hold ``spans``; returns traces evicted to stay bounded and the late-span count."""
+    def add(self, spans: Sequence[Any], source: Source, now: float, ticket: Ticket | None) -> Added:
+        """Hold ``spans``; returns the traces evicted to stay bounded and the spans dropped."""
 
     def claim(self, trace_id: str) -> bool:
         """Mark a trace that arrived whole as seen; False if it was seen before."""
@@ -158,6 +167,17 @@ class PipelineMetrics:
             "Spans dropped because their trace had already been emitted.",
             registry=registry,
         )
+        refused_spans = Counter(
+            "rag_monitor_refused_spans_total",
+            "Spans refused by span assembly, by collector and reason: max_spans_per_trace "
+            "(the trace already held assembly.max_spans_per_trace spans).",
+            ["collector", "reason"],
+            registry=registry,
+        )
+        self.refused_spans = {
+            source: refused_spans.labels(source, "max_spans_per_trace")
+            for source in get_args(Source)
+        }
         self.rejected_spans = Counter(
             "rag_monitor_rejected_spans_total",
             "Spans refused by validation.",
@@ -172,8 +192,9 @@ class PipelineMetrics:
         )
         self.kafka_lag = Gauge(
             "rag_monitor_kafka_lag_records",
-            "Records of the assigned partitions not yet read (high watermark - position).",
-            ["topic"],
+            "Records of an assigned partition not yet processed and committed (high "
+            "watermark - committed offset); each partition is reported by its owner only.",
+            ["topic", "partition"],
             registry=registry,
         )
         self.detector_errors = Counter(
@@ -244,8 +265,14 @@ class Pipeline:
         """Process what is queued (within ``DRAIN_S``), emit every pending trace, stop the
         detectors. Safe before start and twice."""
         self._worker.stop()
-        for detector in self._detectors:
-            detector.shutdown()
+        # In parallel, so that the stop takes the longest drain, not the sum of them.
+        stoppers = [
+            threading.Thread(target=d.shutdown, name=f"stop-{d.name}") for d in self._detectors
+        ]
+        for stopper in stoppers:
+            stopper.start()
+        for stopper in stoppers:
+            stopper.join()
 
     def _handle_batch(self, items: list[WorkItem]) -> None:
         for item in items:
@@ -262,10 +289,12 @@ class Pipeline:
     def _handle(self, item: WorkItem, now: float) -> None:
         outcome: RecordOutcome = "ok"
         if isinstance(item, SpanBatch):
-            evicted, late = self._assembler.add(item.spans, item.collector, now, item.ticket)
-            if late:
-                self.metrics.late_spans.inc(late)
-            self._process_assembled(evicted)
+            added = self._assembler.add(item.spans, item.collector, now, item.ticket)
+            if added.late:
+                self.metrics.late_spans.inc(added.late)
+            if added.refused:
+                self.metrics.refused_spans[item.collector].inc(added.refused)
+            self._process_assembled(added.evicted)
         elif isinstance(item, WholeTrace):
             if self._assembler.claim(item.trace.trace_id):
                 self._process(item.trace)

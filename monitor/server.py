@@ -1,73 +1,17 @@
-"""HTTP plumbing: a threaded server with a start/shutdown lifecycle, and the
-sidecar's own endpoints /metrics, /healthz and /readyz."""
+"""The sidecar's own endpoints /metrics, /healthz and /readyz, its readiness checks and
+``rag_monitor_component_up``. The server under them is ``monitor/http_server.py``'s."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterable, Mapping
 
 import orjson
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
-
-class QuietHandler(BaseHTTPRequestHandler):
-    """HTTP/1.1 keep-alive handler that writes no access log (no log line per record)."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-    def send_body(
-        self,
-        status: int,
-        body: bytes,
-        content_type: str,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
-
-
-class HttpService:
-    """A ``ThreadingHTTPServer`` on its own thread; ``shutdown`` is safe before start and twice."""
-
-    def __init__(self, host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> None:
-        self._address = (host, port)
-        self._handler = handler
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        """The bound port (useful when configured as 0)."""
-        if self._server is None:
-            raise RuntimeError("not started")
-        return int(self._server.server_address[1])
-
-    def start(self) -> None:
-        server = ThreadingHTTPServer(self._address, self._handler)
-        server.daemon_threads = True
-        server.service = self  # type: ignore[attr-defined]
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
-        self._thread.start()
-
-    def shutdown(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+from monitor.http_server import HttpLimits, HttpService
+from monitor.http_wire import Request, Response
 
 
 class Readiness:
@@ -81,6 +25,40 @@ class Readiness:
 
     def status(self) -> dict[str, bool]:
         return {name: bool(check()) for name, check in self._checks.items()}
+
+
+class ComponentsUp:
+    """``rag_monitor_component_up{component}``: 1 while a component's readiness check passes
+    and its supervised worker runs and beats, else 0; a name that is both (``pipeline``)
+    is up only when both are."""
+
+    def __init__(self, readiness: Readiness, workers: Callable[[], Mapping[str, bool]]) -> None:
+        self._readiness = readiness
+        self._workers = workers
+
+    def describe(self) -> Iterable[Metric]:
+        return [self._family()]
+
+    def collect(self) -> Iterable[Metric]:
+        up = self._readiness.status()
+        for name, worker_up in self._workers().items():
+            up[name] = up.get(name, True) and worker_up
+        family = self._family()
+        for name in sorted(up):
+            family.add_metric([name], 1 if up[name] else 0)
+        return [family]
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "rag_monitor_component_up",
+            "1 while a component (receiver, pipeline, worker) is ready and alive, else 0.",
+            labels=["component"],
+        )
+
+
+# Prometheus and probes use a few connections; these bounds are not configurable.
+METRICS_LIMITS = HttpLimits(max_connections=64, handler_threads=2, idle_timeout_s=120.0)
 
 
 class MetricsServer(HttpService):
@@ -98,29 +76,26 @@ class MetricsServer(HttpService):
         self.registry = registry
         self.readiness = readiness
         self.health = health
-        super().__init__(host, port, _MetricsHandler)
+        super().__init__("metrics", host, port, METRICS_LIMITS, registry=registry)
 
+    def refuse(self, request: Request) -> Response | None:
+        if request.method != "GET":
+            return Response(405, b"only GET\n", headers={"Allow": "GET"})
+        return None
 
-class _MetricsHandler(QuietHandler):
-    server: ThreadingHTTPServer
-
-    def do_GET(self) -> None:
-        service: MetricsServer = self.server.service  # type: ignore[attr-defined]
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-            self.send_body(200, encoder(service.registry), content_type)
-        elif path == "/healthz":
-            failing = service.health()
+    def handle(self, request: Request) -> Response:
+        if request.path == "/metrics":
+            encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+            return Response(200, encoder(self.registry), content_type)
+        if request.path == "/healthz":
+            failing = self.health()
             if failing:
                 body = orjson.dumps({"status": "failing", "workers": dict(failing)})
-                self.send_body(503, body, "application/json")
-            else:
-                self.send_body(200, b'{"status":"ok"}', "application/json")
-        elif path == "/readyz":
-            checks = service.readiness.status()
+                return Response(503, body, "application/json")
+            return Response(200, b'{"status":"ok"}', "application/json")
+        if request.path == "/readyz":
+            checks = self.readiness.status()
             ready = all(checks.values())
             body = orjson.dumps({"ready": ready, "checks": checks})
-            self.send_body(200 if ready else 503, body, "application/json")
-        else:
-            self.send_body(404, b"not found\n", "text/plain")
+            return Response(200 if ready else 503, body, "application/json")
+        return Response(404, b"not found\n")

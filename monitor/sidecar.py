@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gc
+import resource
 import signal
 import threading
+import time
 from collections.abc import Sequence
 
 import structlog
@@ -20,7 +22,7 @@ from monitor.components import (
 from monitor.config import Config
 from monitor.detector import Detector
 from monitor.pipeline import Pipeline, PipelineMetrics, TraceAssembly
-from monitor.server import MetricsServer, Readiness
+from monitor.server import ComponentsUp, MetricsServer, Readiness
 from monitor.worker import supervisor
 
 log = structlog.get_logger("rag_monitor")
@@ -64,6 +66,7 @@ class Sidecar:
                 self.readiness.add(collector.name, receiver.ready)
         self.http = self.receivers.get("otlp_http")
         self.grpc = self.receivers.get("otlp_grpc")
+        self.registry.register(ComponentsUp(self.readiness, lambda: _workers_up(self.registry)))
         metrics = config.service.metrics
         self.metrics_server = MetricsServer(
             metrics.host,
@@ -87,9 +90,25 @@ class Sidecar:
         )
 
     def shutdown(self) -> None:
-        """Stop intake, drain the pipeline, commit Kafka offsets, stop serving. Safe twice."""
-        for receiver in self.receivers.values():
-            receiver.stop_intake()
+        """Stop in the order that loses nothing accepted. Safe twice.
+
+        1. Every receiver stops taking work (HTTP answers 503 + Retry-After, gRPC
+           refuses new RPCs, Kafka stops polling) and waits for what it is
+           handling, so that everything answered OK has reached the pipeline.
+        2. The pipeline drains its queue, emits every pending trace, stops the
+           detectors' workers (each with a deadline; leftovers are counted in
+           ``rag_monitor_worker_dropped_total``).
+        3. Kafka commits what was processed; the receivers close.
+        4. The metrics server, which answered throughout, stops last.
+        """
+        stoppers = [
+            threading.Thread(target=receiver.stop_intake, name=f"stop-{name}")
+            for name, receiver in self.receivers.items()
+        ]
+        for stopper in stoppers:  # in parallel: each waits for its own in-flight work
+            stopper.start()
+        for stopper in stoppers:
+            stopper.join()
         self.pipeline.shutdown()
         for receiver in self.receivers.values():
             receiver.shutdown()
@@ -97,19 +116,79 @@ class Sidecar:
         self._stopped.set()
 
     def run_until_signal(self) -> None:
-        """Serve until SIGTERM or SIGINT, then shut down gracefully.
+        """Serve until SIGTERM or SIGINT, then shut down gracefully and log one ``stopped``
+        line with the totals that show whether anything accepted was lost.
 
-        This owns the process, so it also sets the garbage collector up for it.
+        This owns the process, so it also sets the open-file limit and the garbage
+        collector up for it.
         """
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
+        raise_open_file_limit(self._connections_wanted())
         self.start()
         tune_garbage_collector()
         stop.wait()
         log.info("stopping")
+        began = time.monotonic()
         self.shutdown()
-        log.info("stopped")
+        log.info("stopped", stop_s=round(time.monotonic() - began, 3), **stop_totals(self.registry))
+
+    def _connections_wanted(self) -> int:
+        otlp = self.config.collectors.otlp
+        listeners = [listener for listener in (otlp.http, otlp.grpc) if listener.enabled]
+        return sum(listener.max_connections for listener in listeners)
+
+
+# Beyond the connections: the metrics server's, state files, Kafka sockets, libraries.
+_FILES_BESIDE_CONNECTIONS = 256
+
+# The counters a ``stopped`` line reports: sample name -> key in the line.
+_STOP_TOTALS = {
+    "rag_requests_total": "traces",
+    "rag_monitor_records_total": "records",
+    "rag_monitor_assembled_traces_total": "assembled",
+    "rag_monitor_worker_dropped_total": "dropped",
+    "rag_monitor_http_refused_total": "http_refused",
+}
+
+
+def stop_totals(registry: CollectorRegistry) -> dict[str, dict[str, int]]:
+    """Counter totals for the ``stopped`` line, keyed by their label values joined with
+    ``/``: traces by source, records by collector/outcome, assembled traces by outcome,
+    items dropped by worker, HTTP refusals by server/reason."""
+    totals: dict[str, dict[str, int]] = {key: {} for key in _STOP_TOTALS.values()}
+    for family in registry.collect():
+        for sample in family.samples:
+            key = _STOP_TOTALS.get(sample.name)
+            if key is not None:
+                totals[key]["/".join(sample.labels.values())] = int(sample.value)
+    return totals
+
+
+def raise_open_file_limit(connections: int) -> None:
+    """Raise the soft RLIMIT_NOFILE to the hard limit so that ``max_connections`` is
+    reachable; log what it got, and warn when that is still short."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):  # an unlimited hard limit can exceed the kernel's
+            pass
+    needed = connections + _FILES_BESIDE_CONNECTIONS
+    report = log.warning if soft < needed else log.info
+    report("open_file_limit", soft=soft, hard=hard, needed=needed)
+
+
+def _workers_up(registry: CollectorRegistry) -> dict[str, bool]:
+    """Supervised worker -> up, as its ``rag_monitor_worker_up`` sample reads."""
+    return {
+        sample.labels["worker"]: sample.value == 1
+        for family in supervisor(registry).collect()
+        if family.name == "rag_monitor_worker_up"
+        for sample in family.samples
+    }
 
 
 def _trace_assembly(config: Config, collectors: Sequence[CollectorComponent]) -> TraceAssembly:

@@ -58,6 +58,16 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
     return registry.get_sample_value(name, labels) or 0.0
 
 
+def state_bytes(registry: CollectorRegistry) -> float:
+    """rag_monitor_state_bytes summed over the entries of state_dir, as a rule sums it."""
+    return sum(
+        s.value
+        for family in registry.collect()
+        if family.name == "rag_monitor_state_bytes"
+        for s in family.samples
+    )
+
+
 def make_config(**sections: Any) -> Config:
     """Defaults with free ports, a short grace period, and ``sections`` merged in."""
     raw: dict[str, Any] = {
@@ -107,21 +117,24 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @contextmanager
-def tansu_broker(broker_bin: str, log_path: Path) -> Iterator[str]:
-    """Run a Tansu broker on a free loopback port; yields its bootstrap address."""
-    port = free_port()
-    url = f"tcp://127.0.0.1:{port}"
+def tansu_broker(
+    broker_bin: str, log_path: Path, port: int | None = None, advertised_port: int | None = None
+) -> Iterator[str]:
+    """Run a Tansu broker on ``port`` (a free loopback one by default); yields the bootstrap
+    address it advertises: ``advertised_port``, where a forwarder in front of it listens."""
+    port = port or free_port()
+    advertised = f"127.0.0.1:{advertised_port or port}"
     with log_path.open("wb") as log:
         broker = subprocess.Popen(
-            [broker_bin, "broker", "--listener-url", url, "--advertised-listener-url", url],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+            [broker_bin, "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
+             "--advertised-listener-url", f"tcp://{advertised}"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
         try:
             wait_until(lambda: _port_open(port), timeout=15)
-            yield f"127.0.0.1:{port}"
+            yield advertised
         finally:
-            broker.terminate()
+            broker.kill()  # in-memory storage, nothing to keep; SIGTERM takes 5 s
             broker.wait(10)
 
 

@@ -7,6 +7,8 @@ from the first ``reference_size`` vectors unless one is stored, keeps the last
 ``window_size`` vectors, and every ``test_every_records`` new vectors runs the test, sets
 the gauges and appends the result to the history in ``service.state_dir``. A reference
 replaced by ``rag-monitor drift set-reference`` is picked up before the next test.
+The tests run from memory: a storage fault is counted and retried
+(``detectors/drift/state_writer.py``), never the end of the worker.
 """
 
 from __future__ import annotations
@@ -17,17 +19,19 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import numpy as np
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 
 from detectors.drift.config import DriftConfig
-from detectors.drift.names import DETECTED, MMD_STATISTIC, P_VALUE
+from detectors.drift.metrics import SIGNAL, DriftMetrics
 from detectors.drift.result import DriftResult, OnlineTest, Vectors, WindowTest
-from detectors.drift.store import FILE_NAME, DriftStore
+from detectors.drift.state_writer import StateWriter
+from detectors.drift.store import Reference
 from monitor.metrics import queue_depth
+from monitor.state import DEFAULT_STATE_MAX_BYTES, shared_state_dir
 from monitor.trace import Event, RagTrace
 from monitor.worker import Worker
 
@@ -35,7 +39,6 @@ __all__ = ["SIGNAL", "DriftDetector", "DriftResult", "make_window_test", "repres
 
 log = structlog.get_logger("rag_monitor.drift")
 
-SIGNAL = "query_embedding"
 QUEUE_SIZE = 10_000
 SAMPLE_PER_TEST = 64  # vectors kept per test for the report's clusters
 EXAMPLES_PER_TEST = 8  # texts kept per test when keep_examples is on
@@ -43,7 +46,6 @@ _BATCH = 64
 _TICK_S = 0.1
 DRAIN_S = 5.0  # vectors still queued at shutdown are tested for this long, then dropped
 STALL_S = 120.0  # loading an embedder or testing a large window takes seconds
-RejectReason = Literal["wrong_dimension", "not_finite", "queue_full", "no_text"]
 
 
 def representation_of(config: DriftConfig) -> str:
@@ -68,63 +70,6 @@ def _make_online_test(config: DriftConfig, reference: Vectors) -> OnlineTest:
     return AlibiMmdOnline(reference, config.ert, config.window_size, config.n_bootstraps)
 
 
-class DriftMetrics:
-    """The detector's series, all with ``signal="query_embedding"``."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.statistic = Gauge(
-            MMD_STATISTIC,
-            "MMD^2 of the last tested window against the reference (online: test statistic).",
-            ["signal"],
-            registry=registry,
-        ).labels(SIGNAL)
-        self.p_value = Gauge(
-            P_VALUE,
-            "Permutation p-value of the last drift test (absent in online mode).",
-            ["signal"],
-            registry=registry,
-        ).labels(SIGNAL)
-        self.detected = Gauge(
-            DETECTED,
-            "1 when the last drift test rejected 'same distribution as the reference'.",
-            ["signal"],
-            registry=registry,
-        ).labels(SIGNAL)
-        self.tests = Counter(
-            "rag_drift_tests_total",
-            "Drift tests run, by outcome (drift, no_drift).",
-            ["signal", "outcome"],
-            registry=registry,
-        )
-        self.vectors = Counter(
-            "rag_drift_vectors_total",
-            "Vectors accepted by the drift detector.",
-            ["signal"],
-            registry=registry,
-        ).labels(SIGNAL)
-        self.rejected = Counter(
-            "rag_drift_rejected_vectors_total",
-            "Vectors refused: wrong_dimension, not_finite (NaN/inf), queue_full, no_text.",
-            ["signal", "reason"],
-            registry=registry,
-        )
-        self.reference_size = Gauge(
-            "rag_drift_reference_vectors",
-            "Vectors in the reference (below reference_size while it is being filled).",
-            ["signal"],
-            registry=registry,
-        ).labels(SIGNAL)
-
-    def reject(self, reason: RejectReason) -> None:
-        self.rejected.labels(SIGNAL, reason).inc()
-
-    def show(self, result: DriftResult) -> None:
-        self.statistic.set(result.statistic)
-        if result.p_value is not None:
-            self.p_value.set(result.p_value)
-        self.detected.set(1 if result.is_drift else 0)
-
-
 @dataclass(frozen=True, slots=True)
 class _Item:
     vector: tuple[float, ...] | None
@@ -145,9 +90,11 @@ class DriftDetector:
         *,
         clock: Callable[[], float] = time.time,
         seed: int | None = None,
+        state_max_bytes: int = DEFAULT_STATE_MAX_BYTES,
     ) -> None:
         self.config = config
         self.state_dir = Path(state_dir)
+        self.state = shared_state_dir(registry, self.state_dir, state_max_bytes)
         self.metrics = DriftMetrics(registry)
         self._clock = clock
         self._random = random.Random(seed)
@@ -193,7 +140,8 @@ class DriftDetector:
         """Take what is queued (within ``DRAIN_S``), close the store, stop. Safe twice."""
         self._worker.stop()
 
-    # --- the worker thread: a failure here ends it (logged once, /healthz 503) -------------
+    # --- the worker thread: a failure here ends it (logged once, /healthz 503); storage
+    # faults do not: the state writer counts them ----------------------------------------
 
     def _setup(self) -> bool:
         self._state = _DriftState(self)
@@ -209,15 +157,15 @@ class DriftDetector:
 
 
 class _DriftState:
-    """State owned by the worker thread: the store, the reference, the window."""
+    """State owned by the worker thread: the reference, the window, the state writer."""
 
     def __init__(self, owner: DriftDetector) -> None:
         self.owner = owner
         self.config = owner.config
         self.metrics = owner.metrics
         self.representation = representation_of(self.config)
-        self.store: DriftStore | None = None
-        self.reference_id: int | None = None
+        self.writer = StateWriter(owner.state, self.representation, owner._clock)
+        self.has_reference = False
         self.dimension: int | None = None
         self.backend: WindowTest | None = None
         self.online: OnlineTest | None = None
@@ -227,27 +175,16 @@ class _DriftState:
         self.online_flagged = False
         self.online_last: DriftResult | None = None
         self.embedder: object | None = None
-        # A stored reference is read at start; the state file is created only
-        # when there is something to keep, so short-lived sidecars leave none.
-        if (owner.state_dir / FILE_NAME).exists():
-            self._open_store()
-            self._load_reference()
-
-    def _open_store(self) -> DriftStore:
-        if self.store is None:
-            self.store = DriftStore(self.owner.state_dir)
-        return self.store
+        self.unusable_reference_logged = False
+        stored = self.writer.stored_reference()
+        if stored is not None:
+            self._adopt(stored)
 
     def close(self) -> None:
-        if self.store is not None:
-            self.store.close()
-            self.store = None
+        self.writer.close()
 
-    def _load_reference(self) -> None:
-        store = self._open_store()
-        reference = store.reference()
-        if reference is None:
-            return
+    def _adopt(self, reference: Reference) -> None:
+        """Use a stored reference, unless it holds vectors of another representation."""
         if reference.representation != self.representation:
             log.warning(
                 "drift_reference_ignored",
@@ -256,17 +193,32 @@ class _DriftState:
                 hint="run `rag-monitor drift set-reference` or let the first vectors rebuild it",
             )
             return
-        self._use_reference(reference.id, reference.vectors)
+        self._use_reference(reference.vectors, reference.texts, reference.id)
 
-    def _use_reference(self, reference_id: int, vectors: Vectors) -> None:
-        self.reference_id = reference_id
+    def _use_reference(
+        self, vectors: Vectors, texts: list[str | None] | None, stored_id: int | None
+    ) -> None:
+        try:
+            if self.config.online:
+                self.online = _make_online_test(self.config, vectors)
+            else:
+                self.backend = make_window_test(self.config, vectors)
+        except ValueError as exc:
+            # Production input, not a bug: e.g. a service sending one constant vector leaves
+            # no kernel bandwidth. Count the vectors, log once, and collect a new reference.
+            self.metrics.reject("unusable_reference", len(vectors))
+            if not self.unusable_reference_logged:
+                self.unusable_reference_logged = True
+                log.warning("drift_reference_unusable", vectors=len(vectors), reason=str(exc))
+            self.metrics.reference_size.set(0)
+            return
+        self.has_reference = True
         self.dimension = int(vectors.shape[1])
-        if self.config.online:
-            self.online = _make_online_test(self.config, vectors)
-        else:
-            self.backend = make_window_test(self.config, vectors)
         self.metrics.reference_size.set(len(vectors))
-        log.info("drift_reference_ready", reference_id=reference_id, vectors=len(vectors))
+        self.writer.use_reference(vectors, texts, stored_id)
+        log.info(
+            "drift_reference_ready", reference_id=self.writer.reference_id, vectors=len(vectors)
+        )
 
     # --- vectors ---------------------------------------------------------------------------
 
@@ -301,7 +253,7 @@ class _DriftState:
             return
         self.metrics.vectors.inc()
         text = item.text if self.config.keep_examples else None
-        if self.reference_id is None:
+        if not self.has_reference:
             self._fill_reference(vector, text)
             return
         self.window.append((vector, item.time))
@@ -322,16 +274,12 @@ class _DriftState:
         vectors = np.stack([v for v, _ in self.pending_reference])
         texts = [t for _, t in self.pending_reference] if self.config.keep_examples else None
         self.pending_reference = []
-        reference_id = self._open_store().set_reference(
-            vectors, "first_traffic", self.representation, texts
-        )
-        self._use_reference(reference_id, vectors)
+        self._use_reference(vectors, texts, None)
 
     def _reload_if_replaced(self) -> None:
-        store = self._open_store()
-        active = store.active_reference_id()
-        if active is not None and active != self.reference_id:
-            self._load_reference()
+        replaced = self.writer.replaced_reference()
+        if replaced is not None:
+            self._adopt(replaced)
 
     def _test(self) -> None:
         self._reload_if_replaced()
@@ -344,7 +292,7 @@ class _DriftState:
     def _online_step(self, vector: Vectors) -> None:
         assert self.online is not None
         result = self.online.update(vector)
-        self.metrics.show(result)
+        self.metrics.show(result, self.owner._clock())
         self.online_flagged = self.online_flagged or result.is_drift
         self.online_last = result
         if len(self.fresh) >= self.config.test_every_records:
@@ -370,23 +318,14 @@ class _DriftState:
         *,
         show: bool = True,
     ) -> None:
+        now = self.owner._clock()
         if show:
-            self.metrics.show(result)
+            self.metrics.show(result, now)
         self.metrics.tests.labels(SIGNAL, "drift" if result.is_drift else "no_drift").inc()
         picked = self.owner._random.sample(self.fresh, min(SAMPLE_PER_TEST, len(self.fresh)))
         texts = [text if i < EXAMPLES_PER_TEST else None for i, (_, text) in enumerate(picked)]
-        store = self._open_store()
-        now = self.owner._clock()
-        store.add_test(
-            result,
-            self.reference_id or 0,
-            window_span=span,
-            sample=[v for v, _ in picked],
-            sample_texts=texts,
-            now=now,
-        )
-        if window is not None:
-            store.save_window(window, now=now)
+        sample = np.stack([v for v, _ in picked]) if picked else np.empty((0, 0))
+        self.writer.add_test(result, span=span, sample=sample, texts=texts, window=window, now=now)
         self.fresh = []
         self.owner.last_result = result
         self.owner.tests_done += 1

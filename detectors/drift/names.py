@@ -3,6 +3,7 @@ its metrics, its rules and its panels share."""
 
 from __future__ import annotations
 
-P_VALUE = "rag_drift_p_value"  # gauges, label signal
+P_VALUE = "rag_drift_p_value"  # gauges, label signal; absent until the first test
 MMD_STATISTIC = "rag_drift_mmd_statistic"
 DETECTED = "rag_drift_detected"
+LAST_TEST = "rag_drift_last_test_timestamp_seconds"

@@ -3,14 +3,19 @@
 One file, ``drift.sqlite3``, written by the detector's worker thread and read
 by ``rag-monitor report drift`` and ``rag-monitor drift set-reference`` (WAL
 mode lets them read while the sidecar writes). Vectors are float32 blobs.
-History older than ``RETENTION_DAYS`` is pruned: the weekly report needs a
-week, a month of history lets it compare weeks.
+
+Bounded in time and in size (``detectors/drift/database.py``): each test offers
+a random sample of its new vectors, and each hour keeps a uniform random
+subsample of at most ``SAMPLES_PER_HOUR`` of them, so the report's clusters get
+a few thousand vectors a week whatever the traffic; tests and samples older
+than ``RETENTION_DAYS`` are pruned (the weekly report needs a week, a month of
+history lets it compare weeks); ``shrink`` fits the files into a byte budget.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
+import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,40 +24,25 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from detectors.drift.database import (
+    FILE_NAME,
+    HOUR_CUT,
+    SAMPLES_PER_HOUR,
+    TRIM_HOUR,
+    file_bytes,
+    open_database,
+    release,
+    shrink,
+)
 from detectors.drift.result import DriftResult
 
-FILE_NAME = "drift.sqlite3"
+__all__ = ["FILE_NAME", "SAMPLES_PER_HOUR", "DriftStore", "Reference", "TestRecord"]
+
 RETENTION_DAYS = 35
 PROBES = 64  # pinned from the first reference, for neighbour stability
 _PRUNE_EVERY_S = 3600.0
 
 Float32 = npt.NDArray[np.float32]
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS reference (
-    id INTEGER PRIMARY KEY, created REAL NOT NULL, source TEXT NOT NULL,
-    representation TEXT NOT NULL, dim INTEGER NOT NULL, n INTEGER NOT NULL,
-    vectors BLOB NOT NULL, texts TEXT, active INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS probes (
-    id INTEGER PRIMARY KEY, reference_id INTEGER NOT NULL, vector BLOB NOT NULL, text TEXT
-);
-CREATE TABLE IF NOT EXISTS tests (
-    id INTEGER PRIMARY KEY, time REAL NOT NULL, reference_id INTEGER NOT NULL,
-    backend TEXT NOT NULL, n_reference INTEGER NOT NULL, n_window INTEGER NOT NULL,
-    statistic REAL NOT NULL, p_value REAL, threshold REAL, sigma REAL,
-    is_drift INTEGER NOT NULL, window_start REAL, window_end REAL
-);
-CREATE INDEX IF NOT EXISTS tests_time ON tests (time);
-CREATE TABLE IF NOT EXISTS samples (
-    test_id INTEGER NOT NULL, time REAL NOT NULL, vector BLOB NOT NULL, text TEXT
-);
-CREATE INDEX IF NOT EXISTS samples_time ON samples (time);
-CREATE TABLE IF NOT EXISTS latest_window (
-    id INTEGER PRIMARY KEY CHECK (id = 1), time REAL NOT NULL, dim INTEGER NOT NULL,
-    vectors BLOB NOT NULL
-);
-"""
 
 
 @dataclass(frozen=True)
@@ -90,21 +80,46 @@ def _vectors(blob: bytes, dim: int) -> Float32:
 
 
 class DriftStore:
-    """Reads and writes the drift state; one instance per thread."""
+    """Reads and writes the drift state; one instance per thread.
 
-    def __init__(self, state_dir: Path, *, create: bool = True) -> None:
+    ``max_bytes`` (the store's share of ``service.state_max_bytes``) sizes the WAL;
+    ``timeout_s`` is how long a write waits for a reader's lock; ``seed`` seeds the
+    random ranks of the samples.
+    """
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        create: bool = True,
+        max_bytes: int | None = None,
+        timeout_s: float = 30.0,
+        seed: int | None = None,
+    ) -> None:
         self.path = Path(state_dir) / FILE_NAME
         if create:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         elif not self.path.exists():
             raise FileNotFoundError(f"no drift state at {self.path}")
-        self._db = sqlite3.connect(self.path, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(_SCHEMA)
+        self._db = open_database(self.path, max_bytes, timeout_s)
         self._last_prune = 0.0
+        self._random = random.Random(seed)
 
     def close(self) -> None:
         self._db.close()
+
+    def size_bytes(self) -> int:
+        """The file with its WAL, shared-memory and journal files."""
+        return file_bytes(self.path)
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the file and truncate it; give freed pages back."""
+        release(self._db)
+
+    def shrink(self, target_bytes: int) -> dict[str, int]:
+        """Delete the oldest samples, then inactive references, then tests until the files
+        fit ``target_bytes``; rows deleted per table."""
+        return shrink(self._db, self.path, target_bytes)
 
     # --- reference -------------------------------------------------------------------------
 
@@ -198,7 +213,8 @@ class DriftStore:
         sample_texts: Sequence[str | None],
         now: float | None = None,
     ) -> int:
-        """Append one test and a sample of the vectors that arrived since the previous one."""
+        """Append one test and a random sample of the vectors that arrived since the previous
+        one; the sample joins its hour's subsample, which keeps ``SAMPLES_PER_HOUR``."""
         now = time.time() if now is None else now
         start, end = window_span or (None, None)
         with self._db:
@@ -222,23 +238,41 @@ class DriftStore:
                 ),
             )
             test_id = int(cursor.lastrowid or 0)
-            rows = np.asarray(sample, dtype=np.float32)
-            self._db.executemany(
-                "INSERT INTO samples (test_id, time, vector, text) VALUES (?, ?, ?, ?)",
-                [
-                    (test_id, now, _blob(row), text)
-                    for row, text in zip(rows, sample_texts, strict=True)
-                ],
-            )
+            self._add_samples(test_id, now, sample, sample_texts)
         if now - self._last_prune > _PRUNE_EVERY_S:
             self.prune(now - RETENTION_DAYS * 86400.0)
             self._last_prune = now
         return test_id
 
+    def _add_samples(
+        self, test_id: int, now: float, sample: npt.ArrayLike, texts: Sequence[str | None]
+    ) -> None:
+        """Each hour keeps the ``SAMPLES_PER_HOUR`` lowest random ranks of what it was offered;
+        a vector whose rank is above the hour's current cut is not even written, so a full
+        hour costs few writes."""
+        hour = int(now // 3600)
+        rows = np.asarray(sample, dtype=np.float32)
+        ranks = [self._random.random() for _ in range(len(rows))]
+        cut = self._db.execute(HOUR_CUT, (hour, SAMPLES_PER_HOUR - 1)).fetchone()
+        kept = [
+            (test_id, now, _blob(row), text, hour, rank)
+            for row, text, rank in zip(rows, texts, ranks, strict=True)
+            if cut is None or rank < cut[0]
+        ]
+        self._db.executemany(
+            "INSERT INTO samples (test_id, time, vector, text, hour, rank)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            kept,
+        )
+        if kept:
+            self._db.execute(TRIM_HOUR, (hour, hour, SAMPLES_PER_HOUR - 1))
+
     def prune(self, before: float) -> None:
+        """Delete tests and samples older than ``before`` (the retention)."""
         with self._db:
             self._db.execute("DELETE FROM tests WHERE time < ?", (before,))
             self._db.execute("DELETE FROM samples WHERE time < ?", (before,))
+        release(self._db)
 
     def tests(self, since: float, until: float | None = None) -> list[TestRecord]:
         rows = self._db.execute(

@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from detectors.faithfulness import alerting
 from detectors.faithfulness.config import FaithfulnessConfig
-from monitor.components import BuildContext, DetectorComponent
+from detectors.faithfulness.hhem import (
+    DEFAULT_FOUNDATION,
+    PINNED_REVISIONS,
+    WEIGHT_FILES,
+    ModelMissingError,
+    read_checkpoint,
+)
+from monitor.components import BuildContext, DetectorComponent, ModelNeed, ModelSupport
 from monitor.detector import Detector
+
+# What the scorer reads: the checkpoint's config.json and weights; of the foundation only
+# the T5 configuration and the tokenizer (its own ~1 GB of weights are never loaded).
+CHECKPOINT_FILES = ("config.json",)
+FOUNDATION_FILES = ("*.json", "spiece.model")
+VERIFY_PAIR = ("The parcel left the warehouse on Monday.", "The parcel left on Monday.")
 
 
 def _build(config: FaithfulnessConfig, context: BuildContext) -> Detector:
@@ -13,6 +28,64 @@ def _build(config: FaithfulnessConfig, context: BuildContext) -> Detector:
 
     # Annotations go to Phoenix, whose connection is a collectors setting.
     return FaithfulnessDetector(config, context.registry, context.root.collectors.phoenix)
+
+
+def model_needs(config: FaithfulnessConfig) -> list[ModelNeed]:
+    """The HHEM checkpoint and its foundation, unless the model is a local directory.
+
+    Fetched to a directory, the foundation goes inside the checkpoint's, where
+    ``read_checkpoint`` looks for the ``foundation`` its config.json names: one
+    setting (``model``) then points at both.
+    """
+    model = config.model
+    if not config.enabled or Path(model).expanduser().is_dir():
+        return []
+    if Path(model).is_absolute() or model.startswith(".") or model.count("/") != 1:
+        raise ValueError(
+            f"detectors.faithfulness.model: {model!r} is neither a directory nor a hub id"
+        )
+    checkpoint = ModelNeed(
+        repo=model,
+        revision=PINNED_REVISIONS.get(model, "main"),
+        files=CHECKPOINT_FILES,
+        directory=model,
+        weights=WEIGHT_FILES,
+        setting="model",
+    )
+    foundation = ModelNeed(
+        repo=DEFAULT_FOUNDATION,
+        revision=PINNED_REVISIONS[DEFAULT_FOUNDATION],
+        files=FOUNDATION_FILES,
+        directory=f"{model}/{DEFAULT_FOUNDATION}",
+    )
+    return [checkpoint, foundation]
+
+
+def load_model(config: FaithfulnessConfig) -> None:
+    """Load the checkpoint as the scoring worker does and score one pair; raise if it fails.
+
+    On the CPU in fp32 whatever ``device`` says: the machine that fetches may
+    have no GPU, and what is checked here is the files.
+    """
+    from detectors.faithfulness.hhem import HhemScorer
+
+    scorer = HhemScorer(read_checkpoint(config.model), max_premise_tokens=config.max_premise_tokens)
+    [score] = scorer.score([VERIFY_PAIR])
+    if not 0.0 <= score <= 1.0:
+        raise ValueError(f"the model scored {score}, outside [0, 1]")
+
+
+def missing_models(config: FaithfulnessConfig) -> list[str]:
+    """The model (or its foundation) that is neither a directory nor in the local cache."""
+    if not config.enabled:
+        return []
+    try:
+        read_checkpoint(config.model)
+    except ModelMissingError as exc:
+        return [exc.name]
+    except ValueError:
+        return []  # a checkpoint of another kind: present, and the detector says why it fails
+    return []
 
 
 COMPONENT = DetectorComponent(
@@ -23,4 +96,5 @@ COMPONENT = DetectorComponent(
     rules=alerting.rules,
     rows=alerting.rows,
     order=40,
+    models=ModelSupport(needs=model_needs, load=load_model, missing=missing_models),
 )

@@ -7,6 +7,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator
 
+from detectors.faithfulness.hhem import HHEM_REPO
 from monitor.section import Section
 
 AlwaysSample = Literal["thumbs_down", "probe"]
@@ -15,8 +16,9 @@ AlwaysSample = Literal["thumbs_down", "probe"]
 class FaithfulnessConfig(Section):
     enabled: bool = Field(True, description="score a sample of answers with HHEM")
     model: str = Field(
-        "vectara/hallucination_evaluation_model",
-        description="hub id (read from the local cache) or a directory",
+        HHEM_REPO,
+        description="hub id (read from the local cache; `rag-monitor models fetch` fills it) "
+        "or a directory",
     )
     sample_rate: float = Field(0.02, gt=0, le=1, description="share of traces scored")
     always_sample: list[AlwaysSample] = Field(

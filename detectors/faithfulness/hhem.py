@@ -30,18 +30,29 @@ if TYPE_CHECKING:
 
 Precision = Literal["fp32", "bf16", "int8"]
 
+HHEM_REPO = "vectara/hallucination_evaluation_model"
 DEFAULT_FOUNDATION = "google/flan-t5-base"
+# The commits `rag-monitor models fetch` downloads and the sidecar reads first from the
+# cache: the one place they are pinned. Taken from public records of these repositories'
+# main branch (no hub access where this was written); bump both after checking the
+# HHEM model card and that `rag-monitor models fetch` verifies them.
+PINNED_REVISIONS = {
+    HHEM_REPO: "8e4a2e6e96c708cc76c2344f7e4757df2515292c",
+    DEFAULT_FOUNDATION: "7bcac572ce56db69c1ea7c8af255c5d7c9672fc2",
+}
 DEFAULT_PROMPT = (
     "<pad> Determine if the hypothesis is true given the premise?\n\n"
     "Premise: {text1}\n\nHypothesis: {text2}"
 )
 WEIGHT_PREFIX = "t5."
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+FETCH_COMMAND = "rag-monitor models fetch"
 FETCH_HINT = (
-    "on a machine with internet access run "
+    f"on a machine with internet access run `{FETCH_COMMAND}` (add --config FILE and "
+    "--to DIR as needed; it prints the config line to use), then copy the Hugging Face cache "
+    "(~/.cache/huggingface/hub, or $HF_HUB_CACHE) or DIR here; by hand, "
     "`huggingface-cli download vectara/hallucination_evaluation_model` and "
-    "`huggingface-cli download google/flan-t5-base`, then copy the Hugging Face cache "
-    "(~/.cache/huggingface/hub, or $HF_HUB_CACHE) here, or point "
+    "`huggingface-cli download google/flan-t5-base` fill the cache too, or point "
     "detectors.faithfulness.model at a directory holding the checkpoint"
 )
 
@@ -68,7 +79,9 @@ def resolve_model_dir(name: str, cache_dir: str | Path | None = None) -> Path:
     """A local directory for ``name``: the directory itself, or a hub id's cached snapshot.
 
     Never downloads: hub ids are read from the local Hugging Face cache only,
-    so the sidecar behaves the same with or without ``HF_HUB_OFFLINE``.
+    so the sidecar behaves the same with or without ``HF_HUB_OFFLINE``. The
+    pinned revision is read first, then whatever the cache's ``main`` points to
+    (a cache filled by hand with ``huggingface-cli download``).
     """
     path = Path(name).expanduser()
     if path.is_dir():
@@ -77,10 +90,18 @@ def resolve_model_dir(name: str, cache_dir: str | Path | None = None) -> Path:
         raise ModelMissingError(name, "no such directory")
     from huggingface_hub import snapshot_download
 
-    try:
-        return Path(snapshot_download(name, local_files_only=True, cache_dir=cache_dir))
-    except Exception as exc:  # LocalEntryNotFoundError and friends, by version
-        raise ModelMissingError(name, f"not in the local Hugging Face cache: {exc}") from exc
+    pinned = PINNED_REVISIONS.get(name)
+    error: Exception | None = None
+    for revision in (pinned, None) if pinned else (None,):
+        try:
+            return Path(
+                snapshot_download(
+                    name, revision=revision, local_files_only=True, cache_dir=cache_dir
+                )
+            )
+        except Exception as exc:  # LocalEntryNotFoundError and friends, by version
+            error = exc
+    raise ModelMissingError(name, f"not in the local Hugging Face cache: {error}") from error
 
 
 def read_checkpoint(model: str, cache_dir: str | Path | None = None) -> HhemCheckpoint:

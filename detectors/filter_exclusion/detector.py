@@ -54,6 +54,8 @@ log = structlog.get_logger("rag_monitor.filter_exclusion")
 # buckets (total loss, full recall); halves, thirds and quarters fall on edges.
 RECALL_BUCKETS = (0.0, 0.1, 0.2, 0.25, 0.3, 1 / 3, 0.4, 0.5, 0.6, 2 / 3, 0.7, 0.75, 0.8, 0.9, 1.0)
 NO_EVIDENCE = "no evidence"
+# Enough document ids in the entitlement log line to start an investigation.
+LOGGED_DOC_IDS = 5
 
 
 K = TypeVar("K")
@@ -214,10 +216,20 @@ class FilterExclusionDetector(InlineDetector):
     # --- entitlement ------------------------------------------------------------------
 
     def _check_entitlement(self, trace: RagTrace) -> None:
-        for doc_id in foreign_documents(trace):
-            self._metrics.violations.inc()
-            self._totals["entitlement_violations"] += 1
-            log.error("entitlement_violation", trace_id=trace.trace_id, doc_id=doc_id)
+        foreign = list(foreign_documents(trace))
+        if not foreign:
+            return
+        self._metrics.violations.inc(len(foreign))
+        self._totals["entitlement_violations"] += len(foreign)
+        # One line per trace, not per document: a leaking index can put a thousand
+        # foreign documents in one request (ids only, never their text).
+        log.error(
+            "entitlement_violation",
+            trace_id=trace.trace_id,
+            tenant=trace.tenant,
+            foreign_documents=len(foreign),
+            doc_ids=foreign[:LOGGED_DOC_IDS],
+        )
 
     # --- the join ---------------------------------------------------------------------
 

@@ -24,10 +24,23 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.consumer.fetcher import ConsumerRecord
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import set_span_in_context
 
 from monitor.config import Config
 from monitor.sidecar import Sidecar
-from tests.conftest import CALLER, DOCUMENTS, LEAK_CONTEXTS, Probe, free_port, unique, wait_until
+from tests.conftest import (
+    CALLER,
+    DOCUMENTS,
+    LEAK_CONTEXTS,
+    Probe,
+    SidecarProcess,
+    free_port,
+    unique,
+    wait_until,
+)
 from tests.otel_traffic import RagRequest, emit_rag_request, filter_attributes, tracer_for
 
 # --- OTLP over HTTP ---------------------------------------------------------------------------
@@ -61,6 +74,12 @@ def post(
             return response.status, response.read(), dict(response.headers)
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read(), dict(exc.headers)
+
+
+def otlp_http_port(sidecar: SidecarProcess) -> int:
+    """The OTLP/HTTP port written into a sidecar process's configuration file."""
+    config = yaml.safe_load(sidecar.config_path.read_text())
+    return int(config["collectors"]["otlp"]["http"]["port"])
 
 
 # --- Prometheus and Alertmanager ------------------------------------------------------------
@@ -268,6 +287,43 @@ class SteadyTraffic:
         self._stop.set()
         self._thread.join(10)
         self.provider.shutdown()
+
+
+def send_query_vectors(http_port: int, vectors: Sequence[Sequence[float]], topic: str) -> None:
+    """One RAG request per vector through the real OTLP/HTTP exporter: a CHAIN root with the
+    query text, an EMBEDDING child carrying the vector, and a RETRIEVER; flushed on return."""
+    endpoint = f"http://127.0.0.1:{http_port}/v1/traces"
+    provider = TracerProvider(resource=Resource.create({"service.name": "rag"}))
+    provider.add_span_processor(
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint), schedule_delay_millis=50)
+    )
+    tracer = provider.get_tracer("drift-test")
+    for i, vector in enumerate(vectors):
+        now = time.time_ns()
+        root = tracer.start_span(
+            "rag.request",
+            start_time=now,
+            attributes={"openinference.span.kind": "CHAIN", "input.value": f"{topic} {i}"},
+        )
+        tracer.start_span(
+            "embed",
+            context=set_span_in_context(root),
+            start_time=now,
+            attributes={
+                "openinference.span.kind": "EMBEDDING",
+                "embedding.embeddings.0.embedding.vector": [float(v) for v in vector],
+            },
+        ).end(end_time=now + 5_000_000)
+        # A retriever under a root with a query makes the trace a RAG request.
+        tracer.start_span(
+            "retrieve",
+            context=set_span_in_context(root),
+            start_time=now + 5_000_000,
+            attributes={"openinference.span.kind": "RETRIEVER"},
+        ).end(end_time=now + 9_000_000)
+        root.end(end_time=now + 10_000_000)
+    provider.force_flush()
+    provider.shutdown()
 
 
 # --- Kafka ------------------------------------------------------------------------------------

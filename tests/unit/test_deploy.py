@@ -58,6 +58,14 @@ def test_deployment_runs_rag_monitor_as_a_hardened_sidecar() -> None:
     assert app_env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://127.0.0.1:4318"
 
 
+def test_sidecar_gets_its_pod_name_for_kafka_static_membership() -> None:
+    """POD_NAME comes from the downward API: the Kafka consumer's static group member id."""
+    pod = kubernetes_objects()["Deployment"]["spec"]["template"]["spec"]
+    [sidecar] = [c for c in pod["containers"] if c["name"] == "rag-monitor"]
+    env = {e["name"]: e for e in sidecar["env"]}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
 def test_configmap_holds_a_valid_rag_monitor_config() -> None:
     """The ConfigMap's monitor.yaml validates, keeps OTLP on localhost and exposes metrics to the pod."""
     config = Config.model_validate(

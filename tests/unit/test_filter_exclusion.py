@@ -284,7 +284,8 @@ def test_pending_joins_are_bounded() -> None:
 
 
 def test_entitlement_violation_counted_and_logged_without_text() -> None:
-    """A context of another tenant is one violation per document, logged with ids only, labeled or not."""
+    """A context of another tenant is one violation per document, one log line per trace
+    with ids only, labeled or not."""
     d, registry = detector()
     contexts = (
         Context("d1", text="acme secret", tenant="acme"),
@@ -298,9 +299,30 @@ def test_entitlement_violation_counted_and_logged_without_text() -> None:
     assert sample(registry, "rag_entitlement_violations_total") == 2
     errors = [e for e in logs if e["log_level"] == "error"]
     assert errors == [
-        {"event": "entitlement_violation", "log_level": "error", "trace_id": "t1", "doc_id": doc}
-        for doc in ("d3", "d8")
+        {
+            "event": "entitlement_violation",
+            "log_level": "error",
+            "trace_id": "t1",
+            "tenant": CALLER,
+            "foreign_documents": 2,
+            "doc_ids": ["d3", "d8"],
+        }
     ]
+    assert "secret" not in repr(logs)
+
+
+def test_many_foreign_documents_make_one_aggregated_log_line() -> None:
+    """A trace with 1,000 foreign documents counts 1,000 violations and logs one line
+    naming the first few ids."""
+    d, registry = detector()
+    contexts = tuple(Context(f"g{i}", text="globex secret", tenant="globex") for i in range(1000))
+    with capture_logs() as logs:
+        for trace_id in ("t1", "t2"):
+            d.observe(make_trace(trace_id, contexts=contexts))
+    assert sample(registry, "rag_entitlement_violations_total") == 2000
+    errors = [e for e in logs if e["event"] == "entitlement_violation"]
+    assert [(e["trace_id"], e["foreign_documents"]) for e in errors] == [("t1", 1000), ("t2", 1000)]
+    assert errors[0]["doc_ids"] == ["g0", "g1", "g2", "g3", "g4"]
     assert "secret" not in repr(logs)
 
 

@@ -1,8 +1,11 @@
 """Health of an in-process sidecar: /healthz follows the supervised threads, /readyz the
-pipeline, and a failing detector is isolated."""
+pipeline and receivers, rag_monitor_component_up both; a failing detector is isolated, and
+/metrics answers through the stop."""
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -11,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import orjson
+import pytest
 from prometheus_client import CollectorRegistry
 
 from monitor.detector import InlineDetector
@@ -44,6 +48,20 @@ class AlsoRaising(Raising):
     name: ClassVar[str] = "after"
 
 
+class SlowToStop(InlineDetector):
+    """Its ``shutdown`` (the pipeline's drain) waits until ``release`` is set."""
+
+    name: ClassVar[str] = "slow_to_stop"
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        self.release = threading.Event()
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+        self.release.wait(10)
+
+
 def get(port: int, path: str) -> tuple[int, Any]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
@@ -74,7 +92,23 @@ def test_killing_the_pipeline_thread_turns_healthz_503_within_5_s(
     assert status == 503
     assert body["checks"]["pipeline"] is False
     assert sample(sidecar.registry, "rag_monitor_worker_up", worker="pipeline") == 0
+    assert sample(sidecar.registry, "rag_monitor_component_up", component="pipeline") == 0
     assert sidecar.pipeline.submit(trace("b"), timeout=1) is False
+
+
+def test_component_up_follows_each_readiness_check_and_worker(
+    start_sidecar: StartSidecar,
+) -> None:
+    """rag_monitor_component_up reads 1 per running receiver and the pipeline, and 0 for a
+    receiver once its intake stopped, while the others stay 1."""
+    sidecar = start_sidecar(**QUIET)
+    registry = sidecar.registry
+    for component in ("pipeline", "otlp_http", "otlp_grpc"):
+        assert sample(registry, "rag_monitor_component_up", component=component) == 1
+    sidecar.receivers["otlp_grpc"].stop_intake()
+    assert sample(registry, "rag_monitor_component_up", component="otlp_grpc") == 0
+    assert sample(registry, "rag_monitor_component_up", component="otlp_http") == 1
+    assert sample(registry, "rag_monitor_component_up", component="pipeline") == 1
 
 
 def test_a_detector_raising_an_exception_is_isolated(start_sidecar: StartSidecar) -> None:
@@ -109,3 +143,31 @@ def test_healthz_names_every_failing_worker() -> None:
         assert get(server.port, "/healthz") == (200, {"status": "ok"})
     finally:
         server.shutdown()
+
+
+def test_metrics_answer_while_the_pipeline_drains_after_intake_stopped(
+    start_sidecar: StartSidecar,
+) -> None:
+    """During the drain the OTLP port is shut and /readyz is 503, while /metrics still
+    answers; the stop ends once the drain does."""
+    slow = SlowToStop()
+    sidecar = start_sidecar([slow], **QUIET)
+    assert sidecar.http is not None
+    http_port, metrics_port = sidecar.http.port, sidecar.metrics_server.port
+    stopper = threading.Thread(target=sidecar.shutdown)
+    stopper.start()
+    try:
+        assert slow.stopping.wait(10)
+        url = f"http://127.0.0.1:{metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            assert response.status == 200
+            assert b"rag_monitor_component_up" in response.read()
+        status, body = get(metrics_port, "/readyz")
+        assert (status, body["checks"]["otlp_http"]) == (503, False)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", http_port), timeout=5)
+        assert stopper.is_alive()
+    finally:
+        slow.release.set()
+        stopper.join(30)
+    assert not stopper.is_alive()

@@ -9,7 +9,8 @@ import pytest
 import yaml
 from kafka import KafkaConsumer, KafkaProducer
 
-from collectors.kafka import consumer_settings, producer_settings
+from collectors.kafka_dead_letter import producer_settings
+from collectors.kafka_group import consumer_settings, group_instance_id
 from monitor.config import ConfigError, load_config
 from monitor.kafka_config import CONSUMER_SETTINGS, OWNED_SETTINGS, SECURITY_SETTINGS
 
@@ -65,6 +66,16 @@ def load_kafka(tmp_path: Path, kafka: dict[str, Any]) -> Any:
             "collectors.kafka.group_id",
         ),
         (
+            {"consumer": {"group_instance_id": "pod-a"}},
+            "collectors.kafka.consumer: Value error, group_instance_id is not accepted: set it "
+            "as collectors.kafka.group_instance_id",
+        ),
+        (
+            {"group_instance_id": "pod a/1"},
+            "collectors.kafka.group_instance_id: String should match pattern "
+            "'^[A-Za-z0-9._-]{1,249}$' (got 'pod a/1')",
+        ),
+        (
             {"consumer": {"enable_auto_commit": True}},
             "collectors.kafka.consumer: Value error, enable_auto_commit is not accepted: "
             "rag-monitor commits offsets itself, after processing",
@@ -78,7 +89,8 @@ def load_kafka(tmp_path: Path, kafka: dict[str, Any]) -> Any:
     ],
     ids=[
         "tuning-under-security", "security-under-consumer", "unknown-consumer",
-        "unknown-security", "owned-group", "owned-commit", "several-no-password-echoed",
+        "unknown-security", "owned-group", "owned-instance-id", "bad-instance-id",
+        "owned-commit", "several-no-password-echoed",
     ],
 )  # fmt: skip
 def test_misplaced_or_unknown_settings_are_refused_naming_the_key(
@@ -102,16 +114,55 @@ def test_consumer_gets_both_mappings_and_the_dead_letter_producer_only_security(
             "consumer": {"session_timeout_ms": 6000, "bootstrap_timeout_ms": 300},
         },
     ).collectors.kafka
-    assert consumer_settings(config) == {
+    assert consumer_settings(config, environ={}) == {
         "bootstrap_servers": "broker:9092",
         "group_id": "rag-monitor",
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
         "max_poll_records": 500,
+        "reconnect_backoff_max_ms": 5000,
         "session_timeout_ms": 6000,
         "bootstrap_timeout_ms": 300,
         **SASL,
     }
-    assert producer_settings(config) == {"bootstrap_servers": "broker:9092", "acks": "all", **SASL}
-    assert set(consumer_settings(config)) <= set(KafkaConsumer.DEFAULT_CONFIG)
+    assert producer_settings(config) == {
+        "bootstrap_servers": "broker:9092",
+        "acks": "all",
+        "bootstrap_timeout_ms": 5000,
+        "max_block_ms": 5000,
+        "request_timeout_ms": 10_000,
+        "delivery_timeout_ms": 15_000,
+        **SASL,
+    }
+    pod = consumer_settings(config, environ={"POD_NAME": "rag-service-7d9f-x2"})
+    assert set(pod) <= set(KafkaConsumer.DEFAULT_CONFIG)
     assert set(producer_settings(config)) <= set(KafkaProducer.DEFAULT_CONFIG)
+
+
+@pytest.mark.parametrize(
+    ("kafka", "environ", "expected"),
+    [
+        ({}, {}, None),
+        ({}, {"POD_NAME": "rag-service-7d9f-x2"}, "rag-service-7d9f-x2"),
+        ({}, {"POD_NAME": "  "}, None),
+        ({"group_instance_id": "replica-1"}, {"POD_NAME": "rag-service-7d9f-x2"}, "replica-1"),
+        ({"static_membership": False}, {"POD_NAME": "rag-service-7d9f-x2"}, None),
+        ({"static_membership": False, "group_instance_id": "replica-1"}, {}, None),
+    ],
+    ids=["dynamic", "pod-name", "blank-pod-name", "configured-wins", "off", "off-beats-id"],
+)
+def test_static_member_id_comes_from_config_then_pod_name(
+    tmp_path: Path, kafka: dict[str, Any], environ: dict[str, str], expected: str | None
+) -> None:
+    """group_instance_id, else POD_NAME, else a dynamic member; static_membership: false wins."""
+    config = load_kafka(tmp_path, {"bootstrap_servers": "broker:9092", **kafka}).collectors.kafka
+    assert group_instance_id(config, environ) == expected
+    settings = consumer_settings(config, environ)
+    assert settings.get("group_instance_id") == expected
+
+
+def test_a_pod_name_kafka_refuses_fails_at_start_naming_the_fix(tmp_path: Path) -> None:
+    """A POD_NAME that is no valid group.instance.id is refused before the consumer starts."""
+    config = load_kafka(tmp_path, {"bootstrap_servers": "broker:9092"}).collectors.kafka
+    with pytest.raises(ValueError, match="static_membership: false"):
+        consumer_settings(config, environ={"POD_NAME": "pod/with/slashes"})

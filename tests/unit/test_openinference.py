@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from pydantic import ValidationError
 
 from collectors.openinference import TraceMapper
 from collectors.otlp import Span, SpanEvent
+from collectors.span_tree import depths, nearest_marked_ancestors, top_down
 from monitor.config import MappingConfig
 from monitor.trace import RagTrace
 
@@ -381,3 +383,57 @@ def _built(spans: list[Span]) -> RagTrace:
     trace = build_trace(spans, "otlp")
     assert trace is not None
     return trace
+
+
+# --- the span tree: linear walks, no recursion ---------------------------------------------
+
+
+def test_parents_come_before_children_and_a_parent_cycle_comes_last() -> None:
+    """top_down puts every held parent first; spans on a parent cycle end the order."""
+    spans = [
+        span("c2", "c1", None, 1, 2), span("c1", "c2", None, 1, 2),  # a cycle: bad input
+        span("b1", "a1", None, 1, 2), span("x1", "gone", None, 1, 2), span("a1", None, None, 1, 2),
+    ]  # fmt: skip
+    order = [s.span_id[:2] for s in top_down(spans)]
+    assert order == ["x1", "a1", "b1", "c2", "c1"]
+    assert depths(spans) == {s.span_id: d for s, d in zip(spans, [0, 1, 1, 0, 0], strict=True)}
+
+
+def test_nearest_marked_ancestor_looks_through_unmarked_spans() -> None:
+    """Each span maps to the nearest marked span above it, skipping spans of other kinds."""
+    spans = [span("a1", None, None, 1, 2), span("b1", "a1", None, 1, 2),
+             span("c1", "b1", None, 1, 2), span("d1", "c1", None, 1, 2)]  # fmt: skip
+    ids = [s.span_id for s in spans]
+    nearest = nearest_marked_ancestors(spans, {ids[0], ids[2]})
+    assert nearest == {ids[1]: ids[0], ids[2]: ids[0], ids[3]: ids[2]}
+
+
+def test_a_parent_cycle_maps_without_hanging() -> None:
+    """Spans whose parents form a loop (bad input) are still mapped to one trace."""
+    first = span("a1", "a2", "CHAIN", 1000, 2000, **{"input.value": "q"})
+    second = span("a2", "a1", "CHAIN", 1100, 1900, **{"input.value": "q"})
+    trace = _built([second, first, span("a3", "a2", "LLM", 1200, 1800)])
+    assert trace.root_span_id in {first.span_id, second.span_id}
+    assert trace.query == "q"
+
+
+def test_a_50k_deep_chain_maps_without_recursion_in_seconds() -> None:
+    """A 50,000-span chain of nested CHAIN and LLM spans maps in linear time (the quadratic
+    request search took minutes) and counts the nested calls once."""
+    spans = [
+        span(
+            f"{i + 1:016x}",
+            f"{i:016x}" if i else None,
+            "LLM" if i % 2 else "CHAIN",
+            i,
+            10**6 - i,
+            **{"llm.token_count.prompt": 3} if i % 2 else {},
+        )
+        for i in range(50_000)
+    ]
+    started = time.perf_counter()
+    trace = _built(spans)
+    elapsed = time.perf_counter() - started
+    assert trace.root_span_id == spans[0].span_id
+    assert [usage.prompt_tokens for usage in trace.usage] == [3]
+    assert elapsed < 5.0, f"{elapsed:.2f}s"

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from monitor.detector import InlineDetector
 from monitor.pipeline import (
+    Added,
     EmittedTrace,
     Events,
     Pipeline,
@@ -39,15 +40,13 @@ class HeldAssembly:
     def pending(self) -> int:
         return len(self.held)
 
-    def add(
-        self, spans: Sequence[Any], source: Source, now: float, ticket: Ticket | None
-    ) -> tuple[list[EmittedTrace], int]:
+    def add(self, spans: Sequence[Any], source: Source, now: float, ticket: Ticket | None) -> Added:
         for trace_id in spans:
             if ticket is not None:
                 ticket.hold()
             trace = None if trace_id is None else rag_trace(trace_id, source)
             self.held.append(EmittedTrace(trace, "complete", [ticket] if ticket else []))
-        return [], 0
+        return Added([])
 
     def claim(self, trace_id: str) -> bool:
         new = trace_id not in self.claimed

@@ -33,6 +33,8 @@ STABLE_ALERTS = {
     "RagMonitorDeadLetters",
     "RagMonitorSheddingSamples",
     "RagMonitorWorkerDown",
+    "RagMonitorStateNearFull",
+    "RagMonitorTraceTooLarge",
 }
 DETECTORS = ["latency", "cost", "feedback", "faithfulness", "filter_exclusion", "drift"]
 
@@ -125,7 +127,7 @@ def test_a_component_fragment_joins_the_rule_file() -> None:
     )
     recording, alerting = build_rules(Config(), [*load_components(), toy])["groups"]
     assert recording["rules"][-1] == {"record": "rag:toy:sum", "expr": "sum(rag_toy_total)"}
-    assert [rule["alert"] for rule in alerting["rules"]][-5] == "RagToy"  # before the sidecar's 4
+    assert [rule["alert"] for rule in alerting["rules"]][-7] == "RagToy"  # before the sidecar's 6
 
 
 def test_every_design_alert_has_severity_and_annotations() -> None:
@@ -171,7 +173,8 @@ def test_config_sets_thresholds_stages_and_for(tmp_path: Path) -> None:
         r["for"] == "3m"
         for name, rs in rules.items()
         for r in rs
-        if name not in {"RagEntitlementViolation", "RagMonitorDeadLetters"}
+        if name
+        not in {"RagEntitlementViolation", "RagMonitorDeadLetters", "RagMonitorTraceTooLarge"}
     )
 
 

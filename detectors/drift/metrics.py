@@ -1,0 +1,92 @@
+"""The drift detector's series, all with ``signal="query_embedding"``.
+
+A result gauge (statistic, p-value, verdict, time of the last test) has no
+sample until the first test gives it one: a 0 before any evidence would read
+as the strongest drift (p = 0) or as a clean verdict. The p-value stays absent
+in online mode, which has none.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from detectors.drift.names import DETECTED, LAST_TEST, MMD_STATISTIC, P_VALUE
+from detectors.drift.result import DriftResult
+
+SIGNAL = "query_embedding"
+RejectReason = Literal[
+    "wrong_dimension", "not_finite", "queue_full", "no_text", "unusable_reference"
+]
+
+
+class DriftMetrics:
+    """The detector's counters and gauges on an injected registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        # Labelled, with no child made here: absent until ``show`` sets one.
+        self.statistic = Gauge(
+            MMD_STATISTIC,
+            "MMD^2 of the last tested window against the reference (online: test statistic); "
+            "absent until the first test.",
+            ["signal"],
+            registry=registry,
+        )
+        self.p_value = Gauge(
+            P_VALUE,
+            "Permutation p-value of the last drift test; absent until the first test and in "
+            "online mode, which has none.",
+            ["signal"],
+            registry=registry,
+        )
+        self.detected = Gauge(
+            DETECTED,
+            "1 when the last drift test rejected 'same distribution as the reference'; "
+            "absent until the first test.",
+            ["signal"],
+            registry=registry,
+        )
+        self.last_test = Gauge(
+            LAST_TEST,
+            "Unix time of the last drift test (online: of the last vector tested); absent "
+            "until the first test.",
+            ["signal"],
+            registry=registry,
+        )
+        self.tests = Counter(
+            "rag_drift_tests_total",
+            "Drift tests run, by outcome (drift, no_drift).",
+            ["signal", "outcome"],
+            registry=registry,
+        )
+        self.vectors = Counter(
+            "rag_drift_vectors_total",
+            "Vectors accepted by the drift detector.",
+            ["signal"],
+            registry=registry,
+        ).labels(SIGNAL)
+        self.rejected = Counter(
+            "rag_drift_rejected_vectors_total",
+            "Vectors refused: wrong_dimension, not_finite (NaN/inf), queue_full, no_text, "
+            "unusable_reference (a reference the test cannot use, e.g. all vectors identical).",
+            ["signal", "reason"],
+            registry=registry,
+        )
+        self.reference_size = Gauge(
+            "rag_drift_reference_vectors",
+            "Vectors in the reference (below reference_size while it is being filled).",
+            ["signal"],
+            registry=registry,
+        ).labels(SIGNAL)
+
+    def reject(self, reason: RejectReason, count: int = 1) -> None:
+        self.rejected.labels(SIGNAL, reason).inc(count)
+
+    def show(self, result: DriftResult, at: float) -> None:
+        """Set the result gauges from ``result``, tested at ``at`` (Unix time)."""
+        self.statistic.labels(SIGNAL).set(result.statistic)
+        if result.p_value is not None:
+            self.p_value.labels(SIGNAL).set(result.p_value)
+        self.detected.labels(SIGNAL).set(1 if result.is_drift else 0)
+        self.last_test.labels(SIGNAL).set(at)

@@ -1,0 +1,168 @@
+"""``rag-monitor models fetch``: download the models the configured detectors read from disk.
+
+The sidecar never downloads: it reads models from a directory or from the local
+Hugging Face cache. This command is the one part of the product that talks to
+the hub. Each registered detector says what it needs under the configuration
+(``DetectorComponent.models``: repositories at pinned revisions, and which of
+their files it reads). They are downloaded into the Hugging Face cache, or under
+``--to DIR``; then each detector loads them as it does at run time, and the
+configuration lines that point at them are printed on stdout as YAML. Progress
+and errors go to stderr; a failure is one line and exit status 1.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from monitor.components import DetectorComponent, ModelNeed, ModelSupport, load_components
+from monitor.config import Config
+
+FAILED = 1
+_ERRNO_TEXT = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
+
+
+class FetchError(Exception):
+    """A fetch that failed for a reason the user can act on; the message says which."""
+
+
+def fetch_models(
+    config: Config, to: Path | None, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+) -> int:
+    """Fetch, verify and print the settings for every model ``config``'s detectors read."""
+    to = None if to is None else to.expanduser().resolve()
+    settings: dict[str, dict[str, str]] = {}
+    try:
+        for component, section, needs in _plan(config):
+            settings[component.name] = _fetch_for(component, section, needs, to, err)
+    except FetchError as exc:
+        print(f"rag-monitor models fetch: {exc}", file=err)
+        return FAILED
+    if not settings:
+        print("no enabled detector in this configuration reads a model from the hub", file=err)
+        return 0
+    out.write(config_lines(settings, to))
+    return 0
+
+
+def _plan(config: Config) -> list[tuple[DetectorComponent, Any, Sequence[ModelNeed]]]:
+    """Each detector with models to fetch under ``config``, its section and its needs."""
+    plan = []
+    for component in load_components():
+        section = getattr(config.detectors, component.name, None)
+        if component.models is None or section is None:
+            continue
+        try:
+            needs = component.models.needs(section)
+        except (ImportError, ValueError) as exc:  # a setting that names no fetchable model
+            raise FetchError(str(exc)) from exc
+        if needs:
+            plan.append((component, section, needs))
+    return plan
+
+
+def _fetch_for(
+    component: DetectorComponent,
+    section: Any,
+    needs: Sequence[ModelNeed],
+    to: Path | None,
+    err: TextIO,
+) -> dict[str, str]:
+    """Download one detector's needs, load them as it would, and return its settings."""
+    support: ModelSupport | None = component.models
+    assert support is not None
+    update: dict[str, str] = {}
+    for need in needs:
+        path = download(need, to)
+        print(f"fetched {need.repo} at {need.revision} into {path}", file=err)
+        if need.setting is not None and to is not None:
+            update[need.setting] = str(path)
+    checked = section.model_copy(update=update)
+    try:
+        support.load(checked)
+    except Exception as exc:  # whatever loading raises, the user needs one line
+        raise FetchError(
+            f"detectors.{component.name}: the fetched files do not load: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    print(f"verified detectors.{component.name}: loaded as the sidecar loads it", file=err)
+    return {need.setting: str(getattr(checked, need.setting)) for need in needs if need.setting}
+
+
+def download(need: ModelNeed, to: Path | None) -> Path:
+    """The files of ``need`` in the cache (``to`` None) or under ``to``; FetchError says why not."""
+    import requests
+    from huggingface_hub import HfApi, constants, snapshot_download
+    from huggingface_hub import errors as hub
+
+    endpoint = constants.ENDPOINT
+    if constants.HF_HUB_OFFLINE:
+        raise FetchError("HF_HUB_OFFLINE is set: unset it for this command (the sidecar keeps it)")
+    where = f"{need.repo} at revision {need.revision}"
+    try:
+        info = HfApi().model_info(need.repo, revision=need.revision)
+        names = {sibling.rfilename for sibling in info.siblings or ()}
+        weights = [name for name in need.weights if name in names][:1]
+        if need.weights and not weights:
+            raise FetchError(f"{where}: the repository holds none of {', '.join(need.weights)}")
+        local_dir = None if to is None else to / need.directory
+        path = snapshot_download(
+            need.repo,
+            revision=need.revision,
+            allow_patterns=[*need.files, *weights],
+            local_dir=local_dir,
+        )
+    except hub.RevisionNotFoundError as exc:
+        raise FetchError(
+            f"{endpoint} has no revision {need.revision} of {need.repo}; the pinned commit "
+            "is gone or wrong: check the repository's history and update the pin"
+        ) from exc
+    except hub.RepositoryNotFoundError as exc:  # gated and private repositories too
+        raise FetchError(
+            f"{endpoint} has no repository {need.repo} this client may read "
+            "(a private or gated one needs HF_TOKEN)"
+        ) from exc
+    except (requests.ConnectionError, requests.Timeout, hub.LocalEntryNotFoundError) as exc:
+        raise FetchError(
+            f"cannot reach {endpoint} ({_reason(exc)}); run this where the hub is reachable "
+            "(or set HF_ENDPOINT to a mirror) and copy the result to this machine"
+        ) from exc
+    except hub.HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else "no response"
+        raise FetchError(f"{where}: {endpoint} answered {status}") from exc
+    except OSError as exc:
+        if exc.errno is None:  # e.g. a download cut short: its size did not match
+            raise FetchError(f"{where}: download failed: {exc}") from exc
+        target = to if to is not None else constants.HF_HUB_CACHE
+        raise FetchError(f"cannot write under {target}: {exc.strerror}") from exc
+    return Path(path)
+
+
+def _reason(exc: BaseException) -> str:
+    """The operating system's words for a connection failure, if they are in the chain."""
+    current: BaseException | None = exc
+    while current is not None:
+        found = _ERRNO_TEXT.search(str(current))
+        if found:
+            return found.group(1).strip()
+        current = current.__cause__ or current.__context__
+    return type(exc).__name__
+
+
+def config_lines(settings: dict[str, dict[str, str]], to: Path | None) -> str:
+    """The YAML to merge into the sidecar's configuration, with a comment on where it reads."""
+    from huggingface_hub import constants
+
+    where = (
+        f"# the models are under {to}: ship that directory with the sidecar at the same path"
+        if to is not None
+        else f"# read from the Hugging Face cache {constants.HF_HUB_CACHE}: ship it with the "
+        "sidecar and set HF_HUB_CACHE there if it moves"
+    )
+    body = yaml.safe_dump({"detectors": settings}, sort_keys=False, default_flow_style=False)
+    return f"{where}\n{body}"
