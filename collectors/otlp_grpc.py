@@ -22,7 +22,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import (
 )
 
 from collectors.otlp import spans_from_request
-from collectors.otlp_http import bearer_token
+from monitor.components import write_token
 from monitor.config import OtlpConfig
 from monitor.pipeline import Consumer, SpanBatch
 
@@ -72,7 +72,7 @@ class OtlpGrpcReceiver:
 
     def __init__(self, config: OtlpConfig, pipeline: Consumer) -> None:
         self._config = config
-        self._service = _TraceService(pipeline, bearer_token(config))
+        self._service = _TraceService(pipeline, write_token(config.auth_token_env))
         self._server: grpc.Server | None = None
         self.port: int = config.grpc.port
 

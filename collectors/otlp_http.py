@@ -12,7 +12,6 @@ token once one is set. The transport and its bounds are ``monitor/server.py``'s.
 from __future__ import annotations
 
 import hmac
-import os
 import zlib
 from collections.abc import Callable, Sequence
 
@@ -20,7 +19,8 @@ import orjson
 from google.rpc.status_pb2 import Status
 
 from collectors.otlp import DecodedSpans, PayloadError, decode_otlp_json, decode_otlp_proto
-from monitor.config import HttpListener, OtlpConfig
+from monitor.components import write_token
+from monitor.config import OtlpConfig
 from monitor.events import InvalidRecord, parse_feedback, parse_labels
 from monitor.http_server import HttpLimits, HttpService
 from monitor.http_wire import Request, Response
@@ -49,32 +49,6 @@ class _Refused(Exception):
         self.close = close
 
 
-def bearer_token(config: OtlpConfig) -> str | None:
-    """The token named by ``auth_token_env``; fails at start-up if that variable is unset,
-    empty or only whitespace (a blank secret must not pass for a token)."""
-    if config.auth_token_env is None:
-        return None
-    token = os.environ.get(config.auth_token_env)
-    if token is None or not token.strip():
-        raise ValueError(
-            f"collectors.otlp.auth_token_env names {config.auth_token_env!r}, "
-            "but that environment variable is unset, empty or only whitespace"
-        )
-    return token
-
-
-def http_limits(listener: HttpListener) -> HttpLimits:
-    """The server bounds configured under ``collectors.otlp.http``."""
-    return HttpLimits(
-        max_connections=listener.max_connections,
-        handler_threads=listener.handler_threads,
-        header_timeout_s=listener.header_timeout_s,
-        body_timeout_s=listener.body_timeout_s,
-        idle_timeout_s=listener.idle_timeout_s,
-        max_header_bytes=listener.max_header_bytes,
-    )
-
-
 class OtlpHttpReceiver(HttpService):
     """The receiver; one instance per sidecar. The route, the token and the declared
     length are checked on the head, before the body is read; decoding and the
@@ -83,13 +57,13 @@ class OtlpHttpReceiver(HttpService):
     def __init__(self, config: OtlpConfig, pipeline: Consumer) -> None:
         self.config = config
         self.pipeline = pipeline
-        self.token = bearer_token(config)
+        self.token = write_token(config.auth_token_env)
         self._expected_auth = f"Bearer {self.token}".encode() if self.token else None
         super().__init__(
             "otlp_http",
             config.http.host,
             config.http.port,
-            http_limits(config.http),
+            HttpLimits.of(config.http),
             registry=pipeline.metrics.registry,
             discard_bytes=_DISCARD_FACTOR * config.max_request_bytes,
         )

@@ -12,6 +12,8 @@ its panels.
 from __future__ import annotations
 
 import argparse
+import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -22,11 +24,61 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from monitor.detector import Detector
-from monitor.pipeline import Consumer, TraceAssembly
+from monitor.pipeline import Consumer, Events, TraceAssembly
+from monitor.trace import Event
 
 ENTRY_POINT_GROUP = "rag_monitor.detectors"
 COLLECTOR_GROUP = "rag_monitor.collectors"
 COMMAND_GROUP = "rag_monitor.commands"
+
+
+# How long an emitted event may wait for room in the pipeline queue before it is dropped
+# (counted as rag_monitor_records_total{collector="internal",outcome="skipped"}).
+EMIT_TIMEOUT_S = 1.0
+
+
+class EventHook:
+    """How a detector puts events into the pipeline: ``hook(event)`` queues it for every
+    detector's ``observe_event`` (on the pipeline thread), counted under the collector
+    ``internal``. Bound by the sidecar once the pipeline exists; before that, and when the
+    queue stays full for ``EMIT_TIMEOUT_S``, the event is dropped and False returned.
+
+    Call it from a detector's own worker or a server thread, never from ``observe``: the
+    pipeline thread would wait on its own queue.
+    """
+
+    def __init__(self) -> None:
+        self._consumer: Consumer | None = None
+        self._lock = threading.Lock()
+
+    def bind(self, consumer: Consumer) -> None:
+        with self._lock:
+            self._consumer = consumer
+
+    def __call__(self, event: Event) -> bool:
+        with self._lock:
+            consumer = self._consumer
+        if consumer is None:
+            return False
+        if consumer.submit(Events((event,), "internal"), timeout=EMIT_TIMEOUT_S):
+            return True
+        consumer.metrics.count_record("internal", "skipped")
+        return False
+
+
+def write_token(auth_token_env: str | None) -> str | None:
+    """The bearer token the write endpoints require (``collectors.otlp.auth_token_env``);
+    None when none is configured. Fails at start-up if the variable is unset, empty or only
+    whitespace: a blank secret must not pass for a token."""
+    if auth_token_env is None:
+        return None
+    token = os.environ.get(auth_token_env)
+    if token is None or not token.strip():
+        raise ValueError(
+            f"collectors.otlp.auth_token_env names {auth_token_env!r}, "
+            "but that environment variable is unset, empty or only whitespace"
+        )
+    return token
 
 
 @dataclass(frozen=True)
@@ -36,6 +88,10 @@ class BuildContext:
     registry: CollectorRegistry
     state_dir: Path
     root: Any  # the whole validated ``Config``, for settings shared across components
+    # Puts events into the pipeline (JudgeScore, review labels); bound by the sidecar.
+    emit: Callable[[Event], bool] = field(default_factory=EventHook)
+    # The bearer token of the write endpoints, for a detector serving its own page.
+    token: str | None = None
 
 
 @dataclass

@@ -9,7 +9,6 @@ view (or, without a TTY, a log line every 10 s) shows what the sidecar sees.
 from __future__ import annotations
 
 import json
-import random
 import signal
 import sys
 import threading
@@ -22,180 +21,25 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from monitor.config import Config
+from monitor.demo_service import (
+    DEFAULT_CYCLE_S,
+    PROBES_PER_TENANT,
+    RATE_PER_S,
+    TENANTS,
+    Incident,
+    SyntheticRagService,
+    probe_and_gold,
+)
 from monitor.promql import REQUESTS_TOTAL
 
 log = structlog.get_logger("rag_monitor.demo")
 
-RATE_PER_S = 20.0
-DEFAULT_CYCLE_S = 300.0
 SUMMARY_EVERY_S = 10.0
-
-# Models with real prices in the genai-prices table.
-GENERATORS = (
-    ("gpt-4o-mini", "openai", 0.6),
-    ("gpt-4o", "openai", 0.3),
-    ("claude-3-5-haiku-latest", "anthropic", 0.1),
-)
-EMBEDDER = ("text-embedding-3-small", "openai")
-TENANTS = ("acme", "globex", "initech")
-INTENTS = ("billing", "shipping", "returns", "account")
-LOCALES = ("en-US", "en-GB", "de-DE", "fr-FR")
-DIMENSIONS = 16
-# A tenth of the requests replay golden-set probes, so that the false-exclusion
-# rate and recall have labelled evidence (see README "Relevance filter").
-PROBE_SHARE = 0.1
-PROBES_PER_TENANT = 10
-
-
-@dataclass(frozen=True)
-class Incident:
-    name: str
-    start: float  # share of the cycle
-    end: float
-
-
-# The scripted timeline, as shares of one cycle. The filter and drift incidents
-# feed detectors of later versions; their attributes are already on the spans.
-TIMELINE = (
-    Incident("slow generate stage", 0.20, 0.40),
-    Incident("cost spike (long prompts)", 0.50, 0.65),
-    Incident("bad locale filter", 0.70, 0.85),
-    Incident("query-mix shift", 0.85, 1.00),
-)
-
-
-def incident_at(elapsed: float, cycle_s: float) -> Incident | None:
-    share = (elapsed % cycle_s) / cycle_s
-    return next((i for i in TIMELINE if i.start <= share < i.end), None)
-
-
-class SyntheticRagService:
-    """Emits RAG requests as OpenInference spans at ``rate`` per second."""
-
-    def __init__(self, endpoint: str, cycle_s: float, rate: float = RATE_PER_S, seed: int = 7):
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-        self._provider = TracerProvider(resource=Resource.create({"service.name": "demo-rag"}))
-        self._provider.add_span_processor(
-            BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint), schedule_delay_millis=250)
-        )
-        self._tracer = self._provider.get_tracer("rag-monitor-demo")
-        self._cycle_s = cycle_s
-        self._rate = rate
-        self._random = random.Random(seed)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="demo-service", daemon=True)
-        self._started = time.monotonic()
-        self.sent = 0
-
-    def start(self) -> None:
-        self._started = time.monotonic()
-        self._thread.start()
-
-    def shutdown(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-        self._provider.shutdown()  # flushes the exporter
-
-    def current_incident(self) -> Incident | None:
-        return incident_at(time.monotonic() - self._started, self._cycle_s)
-
-    def _run(self) -> None:
-        interval = 1.0 / self._rate
-        next_at = time.monotonic()
-        while not self._stop.is_set():
-            self._emit(self.current_incident())
-            self.sent += 1
-            next_at += interval
-            self._stop.wait(max(0.0, next_at - time.monotonic()))
-
-    def _emit(self, incident: Incident | None) -> None:
-        from opentelemetry.trace import set_span_in_context
-
-        rng = self._random
-        name = incident.name if incident else ""
-        tenant = rng.choice(TENANTS)
-        intent = rng.choice(INTENTS)
-        model, provider = _weighted(rng, GENERATORS)
-        if name.startswith("cost"):  # long prompts routed to the large model
-            model, provider = "gpt-4o", "openai"
-        now = time.time_ns()
-        embed_s = rng.lognormvariate(-4.5, 0.3)
-        retrieve_s = rng.lognormvariate(-2.7, 0.4)
-        rerank_s = rng.lognormvariate(-3.2, 0.3)
-        generate_s = rng.lognormvariate(-0.6, 0.35) * (4.0 if name.startswith("slow") else 1.0)
-        prompt_tokens = int(rng.uniform(600, 1500) * (20 if name.startswith("cost") else 1))
-        completion_tokens = int(rng.uniform(60, 300))
-        documents = [f"{tenant}-doc-{rng.randrange(200)}" for _ in range(5)]
-        probe = None
-        if rng.random() < PROBE_SHARE:
-            probe, documents[0] = probe_and_gold(tenant, rng.randrange(PROBES_PER_TENANT))
-        locale = "en-US" if name.startswith("bad locale") else rng.choice(LOCALES)
-        # The bad predicate drops the top document (a probe's gold) with another one.
-        excluded = [documents[0], documents[4]] if name.startswith("bad locale") else []
-        retrieved = [d for d in documents if d not in excluded]
-        shift = 1.5 if name.startswith("query-mix") else 0.0
-        vector = [rng.gauss(shift if i < 4 else 0.0, 1.0) for i in range(DIMENSIONS)]
-
-        total_s = embed_s + retrieve_s + rerank_s + generate_s
-        root = self._tracer.start_span(
-            "rag.request",
-            start_time=now,
-            attributes={
-                "openinference.span.kind": "CHAIN",
-                "input.value": f"synthetic {intent} question {rng.randrange(2000)}",
-                "output.value": "synthetic answer",
-                "rag.tenant": tenant,
-                "rag.intent": intent,
-                "session.id": f"session-{rng.randrange(500)}",
-                **({"rag.probe_id": probe} if probe else {}),
-            },
-        )
-        context = set_span_in_context(root)
-        t = now
-        stages: tuple[tuple[str, float, dict[str, Any]], ...] = (
-            ("embed", embed_s, {
-                "openinference.span.kind": "EMBEDDING", "embedding.model_name": EMBEDDER[0],
-                "llm.provider": EMBEDDER[1], "llm.token_count.prompt": rng.randint(8, 40),
-                "embedding.embeddings.0.embedding.vector": vector,
-            }),
-            ("retrieve", retrieve_s, {
-                "openinference.span.kind": "RETRIEVER",
-                "rag.filter.predicate": f"locale = '{locale}'",
-                "rag.filter.relevance_excluded": excluded,
-                **_documents("retrieval.documents", retrieved, tenant, locale),
-            }),
-            ("rerank", rerank_s, {
-                "openinference.span.kind": "RERANKER",
-                **_documents("reranker.output_documents", retrieved[:3], tenant, locale),
-            }),
-            ("generate", generate_s, {
-                "openinference.span.kind": "LLM", "llm.model_name": model,
-                "llm.provider": provider, "llm.token_count.prompt": prompt_tokens,
-                "llm.token_count.completion": completion_tokens,
-            }),
-        )  # fmt: skip
-        for stage, seconds, attributes in stages:
-            span = self._tracer.start_span(
-                stage, context=context, start_time=t, attributes=attributes
-            )
-            span.end(end_time=t + int(seconds * 1e9))
-            t += int(seconds * 1e9)
-        root.end(end_time=now + int(total_s * 1e9))
-
-
-def probe_and_gold(tenant: str, number: int) -> tuple[str, str]:
-    """The probe id and its one gold document, in the caller's tenant."""
-    return f"demo-{tenant}-{number}", f"{tenant}-gold-{number}"
 
 
 def with_demo_settings(config: Config) -> Config:
-    """The demo's golden set (unless the config names one) and drift windows sized to its
-    20 requests/s, so that the incidents show within minutes."""
+    """The demo's golden set (unless the config names one), drift windows sized to its
+    20 requests/s, so that the incidents show within minutes, and the review queue on."""
     detectors = config.detectors
     filter_exclusion = detectors.filter_exclusion
     if filter_exclusion.golden_set is None:
@@ -211,7 +55,10 @@ def with_demo_settings(config: Config) -> Config:
     drift = detectors.drift.model_copy(
         update={"reference_size": 400, "window_size": 200, "test_every_records": 100}
     )
-    update = {"filter_exclusion": filter_exclusion, "drift": drift}
+    # The review loop on (README "Human review"): the demo's text is synthetic, and a
+    # larger random share fills the queue within a minute at 20 requests/s.
+    review = detectors.review.model_copy(update={"enabled": True, "random_rate": 0.05})
+    update = {"filter_exclusion": filter_exclusion, "drift": drift, "review": review}
     return config.model_copy(update={"detectors": detectors.model_copy(update=update)})
 
 
@@ -236,22 +83,6 @@ def warn_missing_models(config: Config) -> list[str]:
             )
             missing.append(model)
     return missing
-
-
-def _weighted(rng: random.Random, choices: tuple[tuple[str, str, float], ...]) -> tuple[str, str]:
-    model, provider, _ = rng.choices(choices, weights=[w for *_, w in choices])[0]
-    return model, provider
-
-
-def _documents(prefix: str, doc_ids: list[str], tenant: str, locale: str) -> dict[str, Any]:
-    attributes: dict[str, Any] = {}
-    for index, doc_id in enumerate(doc_ids):
-        base = f"{prefix}.{index}.document"
-        attributes[f"{base}.id"] = doc_id
-        attributes[f"{base}.content"] = f"synthetic passage {doc_id}"
-        attributes[f"{base}.score"] = round(0.9 - 0.1 * index, 3)
-        attributes[f"{base}.metadata"] = json.dumps({"tenant": tenant, "locale": locale})
-    return attributes
 
 
 @dataclass

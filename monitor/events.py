@@ -16,13 +16,20 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    StringConstraints,
     ValidationError,
     model_validator,
 )
 from pydantic_core import ErrorDetails
 
-from monitor.trace import MAX_DOCUMENTS, Feedback, FeedbackKind, Id, Label
+from monitor.trace import (
+    MAX_DOCUMENTS,
+    MAX_DWELL_SECONDS,
+    Feedback,
+    FeedbackKind,
+    FeedbackReason,
+    Id,
+    Label,
+)
 
 MAX_LABELS_PER_BODY = 10_000
 
@@ -71,8 +78,31 @@ class _LabelRecord(Record):
 class _FeedbackRecord(Record):
     trace_id: Id
     kind: FeedbackKind
-    reason: Annotated[str, StringConstraints(max_length=256)] | None = None
+    reason: FeedbackReason | None = None
     session_id: Id | None = None
+    doc_id: Id | None = None
+    # strict: JSON true is not one second
+    dwell_seconds: Annotated[float, Field(strict=True, ge=0, le=MAX_DWELL_SECONDS)] | None = None
+
+    @model_validator(mode="after")
+    def _fields_of_kind(self) -> _FeedbackRecord:
+        # Each optional field belongs to one kind; elsewhere it is a client's mistake,
+        # refused rather than silently dropped.
+        for name, kind in _FIELD_KIND.items():
+            present = getattr(self, name) is not None
+            if present and self.kind != kind:
+                raise ValueError(f"{name} is only allowed with kind {kind}")
+            if not present and self.kind == kind and name != "reason":
+                raise ValueError(f"{name} is required with kind {kind}")
+        return self
+
+
+# The field each kind carries: a thumbs-down reason is optional, the others required.
+_FIELD_KIND: dict[str, FeedbackKind] = {
+    "reason": "thumbs_down",
+    "doc_id": "click",
+    "dwell_seconds": "dwell",
+}
 
 
 def parse_labels(body: bytes) -> list[Label]:
@@ -86,7 +116,14 @@ def parse_labels(body: bytes) -> list[Label]:
 def parse_feedback(body: bytes) -> list[Feedback]:
     """Parse a feedback record: one JSON object or a list of them."""
     return [
-        Feedback(r.trace_id, r.kind, reason=r.reason, session_id=r.session_id)
+        Feedback(
+            r.trace_id,
+            r.kind,
+            reason=r.reason,
+            session_id=r.session_id,
+            doc_id=r.doc_id,
+            dwell_seconds=r.dwell_seconds,
+        )
         for r in _parse_many(body, _FeedbackRecord)
     ]
 
@@ -96,7 +133,14 @@ def _parse_many(body: bytes, model: type[RecordT]) -> list[RecordT]:
     items = document if isinstance(document, list) else [document]
     if not items or len(items) > MAX_LABELS_PER_BODY:
         raise InvalidRecord(f"expected 1 to {MAX_LABELS_PER_BODY} records")
-    try:
-        return [model.model_validate(item) for item in items]
-    except ValidationError as exc:
-        raise InvalidRecord(validation_reason(exc.errors())) from exc
+    records = []
+    for index, item in enumerate(items):
+        try:
+            records.append(model.model_validate(item))
+        except ValidationError as exc:
+            # In a list, the path starts at the record's index, so a client finds it.
+            errors = exc.errors()
+            if isinstance(document, list):
+                errors = [{**e, "loc": (index, *e["loc"])} for e in errors]
+            raise InvalidRecord(validation_reason(errors)) from exc
+    return records

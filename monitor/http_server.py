@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from monitor.config import HttpListener
 from monitor.http_wire import (
     BODY_TOO_SLOW,
     BUSY,
@@ -61,6 +62,18 @@ class HttpLimits:
     body_timeout_s: float = 30.0
     idle_timeout_s: float = 60.0
     max_header_bytes: int = 16_384
+
+    @classmethod
+    def of(cls, listener: HttpListener) -> HttpLimits:
+        """The bounds configured on a listener (``collectors.otlp.http``, the review page)."""
+        return cls(
+            max_connections=listener.max_connections,
+            handler_threads=listener.handler_threads,
+            header_timeout_s=listener.header_timeout_s,
+            body_timeout_s=listener.body_timeout_s,
+            idle_timeout_s=listener.idle_timeout_s,
+            max_header_bytes=listener.max_header_bytes,
+        )
 
 
 class HttpService:

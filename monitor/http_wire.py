@@ -21,6 +21,7 @@ class Request:
     content_length: int | None  # None: absent (a chunked body cannot be framed)
     keep_alive: bool
     body: bytes = b""
+    query: str = ""  # the raw query string, without the "?"
 
     @property
     def framed(self) -> bool:
@@ -71,8 +72,8 @@ def parse_head(raw: bytes) -> Request | None:
     length = None if declared is None else int(declared)
     connection = headers.get("connection", "").lower()
     keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
-    path = target.split("?", 1)[0]
-    return Request(method, path, headers, length, keep_alive)
+    path, _, query = target.partition("?")
+    return Request(method, path, headers, length, keep_alive, query=query)
 
 
 def encode(response: Response, keep_alive: bool) -> bytes:

@@ -22,12 +22,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from monitor.detector import Detector
 from monitor.metrics import queue_depth
-from monitor.trace import Event, Feedback, RagTrace, Source
+from monitor.trace import Event, Feedback, JudgeScore, RagTrace, Source
 from monitor.worker import Worker
 
 log = structlog.get_logger("rag_monitor.pipeline")
 
 RecordOutcome = Literal["ok", "invalid", "dead_lettered", "skipped", "duplicate"]
+# Where a work item came from: a collector, or a detector emitting events through the core
+# (``BuildContext.emit``: HHEM scores, review labels), counted as ``internal``.
+Origin = Literal["otlp", "kafka", "internal"]
 TraceOutcome = Literal["complete", "expired", "evicted", "not_rag"]
 _TICK_S = 0.05
 # What is still queued at shutdown is processed for this long, then counted in
@@ -126,7 +129,7 @@ class Events:
     """Labels or feedback from one request or record."""
 
     events: Sequence[Event]
-    collector: Source
+    collector: Origin
     ticket: Ticket | None = None
 
 
@@ -186,7 +189,7 @@ class PipelineMetrics:
         )
         self.events = Counter(
             "rag_monitor_events_total",
-            "Label and feedback events handed to the detectors.",
+            "Label, feedback and judge-score events handed to the detectors.",
             ["type"],
             registry=registry,
         )
@@ -204,8 +207,14 @@ class PipelineMetrics:
             registry=registry,
         )
 
-    def count_record(self, collector: Source, outcome: RecordOutcome) -> None:
+    def count_record(self, collector: Origin, outcome: RecordOutcome) -> None:
         self.records.labels(collector, outcome).inc()
+
+
+def _event_type(event: Event) -> str:
+    if isinstance(event, Feedback):
+        return "feedback"
+    return "judge_score" if isinstance(event, JudgeScore) else "label"
 
 
 class Consumer(Protocol):
@@ -303,9 +312,7 @@ class Pipeline:
                 outcome = "duplicate"
         else:
             for event in item.events:
-                self.metrics.events.labels(
-                    "feedback" if isinstance(event, Feedback) else "label"
-                ).inc()
+                self.metrics.events.labels(_event_type(event)).inc()
                 for detector in self._detectors:
                     self._guarded(detector, detector.observe_event, event)
         self.metrics.count_record(item.collector, outcome)

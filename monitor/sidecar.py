@@ -15,9 +15,11 @@ from prometheus_client import CollectorRegistry
 from monitor.components import (
     BuildContext,
     CollectorComponent,
+    EventHook,
     Receiver,
     load_collectors,
     load_components,
+    write_token,
 )
 from monitor.config import Config
 from monitor.detector import Detector
@@ -28,9 +30,18 @@ from monitor.worker import supervisor
 log = structlog.get_logger("rag_monitor")
 
 
-def build_detectors(config: Config, registry: CollectorRegistry) -> list[Detector]:
-    """One detector per registered component, in component order."""
-    context = BuildContext(registry=registry, state_dir=config.service.state_dir, root=config)
+def build_detectors(
+    config: Config, registry: CollectorRegistry, emit: EventHook | None = None
+) -> list[Detector]:
+    """One detector per registered component, in component order. ``emit`` is the hook
+    their events go through once it is bound to the pipeline."""
+    context = BuildContext(
+        registry=registry,
+        state_dir=config.service.state_dir,
+        root=config,
+        emit=emit or EventHook(),
+        token=write_token(config.collectors.otlp.auth_token_env),
+    )
     detectors = []
     for component in load_components():
         # A component without settings has no key under ``detectors:``.
@@ -52,11 +63,13 @@ class Sidecar:
         self.registry = registry or CollectorRegistry()
         self.readiness = Readiness()
         collectors = load_collectors()
+        emit = EventHook()
         self.pipeline = Pipeline(
             _trace_assembly(config, collectors),
-            [*build_detectors(config, self.registry), *extra_detectors],
+            [*build_detectors(config, self.registry, emit), *extra_detectors],
             PipelineMetrics(self.registry),
         )
+        emit.bind(self.pipeline)
         self.readiness.add("pipeline", self.pipeline.alive)
         self.receivers: dict[str, Receiver] = {}
         for collector in collectors:

@@ -20,7 +20,24 @@ from pydantic_core import CoreSchema, core_schema
 Stage = Literal["embed", "retrieve", "rerank", "generate", "ttft", "total"]
 STAGES: tuple[Stage, ...] = get_args(Stage)
 Source = Literal["otlp", "kafka"]
-FeedbackKind = Literal["thumbs_up", "thumbs_down", "regenerate", "copy"]
+# The feedback kinds of the method (Part 10): explicit thumbs with an optional reason,
+# and implicit events that stay candidate signals until reviews validate them.
+FeedbackKind = Literal[
+    "thumbs_up",
+    "thumbs_down",
+    "regenerate",
+    "copy",
+    "click",  # on a cited document (``doc_id``)
+    "dwell",  # time on the answer (``dwell_seconds``)
+    "share",
+    "export",
+    "re_ask",  # the user asked again
+]
+FEEDBACK_KINDS: tuple[FeedbackKind, ...] = get_args(FeedbackKind)
+# A closed set, so a metric label stays bounded; a thumbs-down reason outside it is refused.
+FeedbackReason = Literal["wrong", "incomplete", "off_topic", "harmful", "slow", "other"]
+FEEDBACK_REASONS: tuple[FeedbackReason, ...] = get_args(FeedbackReason)
+MAX_DWELL_SECONDS = 86_400.0  # a dwell longer than a day is a client's clock, not reading
 # More documents than this on one request are refused, in a span or a record: no
 # real retriever hands thousands of chunks to a generator, and holding them
 # would let one request take the memory meant for many traces.
@@ -141,8 +158,20 @@ class Feedback:
 
     trace_id: str
     kind: FeedbackKind
-    reason: str | None = None
+    reason: FeedbackReason | None = None  # thumbs_down only
     session_id: str | None = None
+    doc_id: str | None = None  # click only: the cited document clicked
+    dwell_seconds: float | None = None  # dwell only: finite, 0 to MAX_DWELL_SECONDS
 
 
-Event = Label | Feedback
+@dataclass(frozen=True, slots=True)
+class JudgeScore:
+    """A judge's score of a trace's answer (HHEM: P(consistent)), emitted by the detector
+    that scored it so that others (the review sampler) can act on it."""
+
+    trace_id: str
+    score: float
+    threshold: float  # the scorer's threshold: under it the answer counts as unsupported
+
+
+Event = Label | Feedback | JudgeScore

@@ -27,7 +27,9 @@ def _build(config: FaithfulnessConfig, context: BuildContext) -> Detector:
     from detectors.faithfulness.detector import FaithfulnessDetector
 
     # Annotations go to Phoenix, whose connection is a collectors setting.
-    return FaithfulnessDetector(config, context.registry, context.root.collectors.phoenix)
+    return FaithfulnessDetector(
+        config, context.registry, context.root.collectors.phoenix, emit=context.emit
+    )
 
 
 def model_needs(config: FaithfulnessConfig) -> list[ModelNeed]:

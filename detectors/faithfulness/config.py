@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator
 
 from detectors.faithfulness.hhem import HHEM_REPO
-from monitor.section import Section
+from monitor.section import Patterns, Section
 
 AlwaysSample = Literal["thumbs_down", "probe"]
 
@@ -40,7 +39,7 @@ class FaithfulnessConfig(Section):
     max_premise_tokens: int = Field(
         2048, gt=0, description="premise token budget; longer premises are cut and counted"
     )
-    refusal_patterns: list[str] = Field(
+    refusal_patterns: Patterns = Field(
         default_factory=lambda: [
             r"i (?:do not|don't|cannot|can't|am unable to|am not able to) "
             r"(?:know|answer|find|help)",
@@ -55,16 +54,6 @@ class FaithfulnessConfig(Section):
     cache_size: int = Field(
         10_000, ge=0, description="scores kept in an LRU cache by (premise, answer); 0: off"
     )
-
-    @field_validator("refusal_patterns")
-    @classmethod
-    def _compiles(cls, patterns: list[str]) -> list[str]:
-        for pattern in patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from exc
-        return patterns
 
     @field_validator("precision")
     @classmethod

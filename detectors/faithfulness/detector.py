@@ -7,6 +7,7 @@ when configured, to Phoenix as span annotations.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar, get_args
 
 import structlog
@@ -29,7 +30,7 @@ from detectors.faithfulness.worker import (
 from monitor.config import PhoenixConfig
 from monitor.metrics import detector_up
 from monitor.sampler import Sampler
-from monitor.trace import Event, RagTrace
+from monitor.trace import Event, JudgeScore, RagTrace
 
 log = structlog.get_logger("rag_monitor.faithfulness")
 
@@ -96,8 +97,10 @@ class FaithfulnessDetector:
         worker: ScoringWorker | None = None,
         annotator: PhoenixAnnotator | None = None,
         queue_size: int = QUEUE_SIZE,
+        emit: Callable[[Event], bool] | None = None,
     ) -> None:
         self.config = config
+        self._emit = emit  # each score goes back into the pipeline as a JudgeScore event
         self.registry = registry
         self.enabled = config.enabled
         self.metrics = FaithfulnessMetrics(registry)
@@ -161,6 +164,8 @@ class FaithfulnessDetector:
             self.metrics.below_threshold.inc()
         if evaluation.truncated:
             self.metrics.truncated.inc()
+        if self._emit is not None:
+            self._emit(JudgeScore(evaluation.trace.trace_id, score, self.config.threshold))
         span_id = evaluation.trace.root_span_id
         if self.annotator is not None and span_id:
             self.annotator.annotate(span_id, score)

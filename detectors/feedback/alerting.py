@@ -7,14 +7,24 @@ from pathlib import Path
 from typing import Any
 
 from detectors.feedback.names import (
+    FEEDBACK_DWELL_SECONDS,
     FEEDBACK_EVENTS_TOTAL,
+    FEEDBACK_THUMBS_DOWN_TOTAL,
     regeneration_mean,
     regeneration_ratio,
     regeneration_stddev,
 )
 from monitor.components import Panel, Row, RuleFragment
 from monitor.config import GuardrailsConfig
-from monitor.promql import JOB, REQUESTS_TOTAL, alert, panel_rate, sum_increase, sum_rate
+from monitor.promql import (
+    JOB,
+    REQUESTS_TOTAL,
+    alert,
+    panel_quantile,
+    panel_rate,
+    sum_increase,
+    sum_rate,
+)
 
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]
 
@@ -60,7 +70,8 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
 
 
 def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
-    """The ratio in its band (from the recording rules) and feedback events by kind."""
+    """The ratio in its band (from the recording rules), feedback events by kind,
+    thumbs-down reasons and dwell quantiles."""
     window, baseline = guardrails.window, guardrails.baseline
     band_mean = f"sum({regeneration_mean(window, baseline)}{{{JOB}}})"
     sigma = guardrails.regeneration_band_sigma
@@ -83,4 +94,20 @@ def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
             width=12,
         ),
     ]
-    return [Row("Regeneration (re-ask) rate", panels)]
+    # Implicit kinds are candidate signals (the method, Part 10): shown, not alerted on,
+    # until `rag-monitor report review` shows how they go with reviewers' verdicts.
+    signals = [
+        Panel(
+            "Thumbs-down by reason",
+            [(panel_rate(FEEDBACK_THUMBS_DOWN_TOTAL, by="reason"), "{{reason}}")],
+            unit="ops",
+            width=12,
+        ),
+        Panel(
+            "Dwell time on answers",
+            [(panel_quantile(q, FEEDBACK_DWELL_SECONDS), f"p{q * 100:g}") for q in (0.5, 0.9)],
+            unit="s",
+            width=12,
+        ),
+    ]
+    return [Row("Regeneration (re-ask) rate", panels), Row("Feedback signals", signals)]

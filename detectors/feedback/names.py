@@ -4,6 +4,8 @@ metrics, its rules and its panels share."""
 from __future__ import annotations
 
 FEEDBACK_EVENTS_TOTAL = "rag_feedback_events_total"  # label kind (regenerate, thumbs, ...)
+FEEDBACK_THUMBS_DOWN_TOTAL = "rag_feedback_thumbs_down_total"  # label reason (bounded set)
+FEEDBACK_DWELL_SECONDS = "rag_feedback_dwell_seconds"  # histogram of dwell events
 
 _REGENERATION = "rag:regenerations_per_request"
 

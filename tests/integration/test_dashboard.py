@@ -22,6 +22,7 @@ from tests.integration.conftest import (
     Services,
     SteadyTraffic,
     kafka_settings,
+    post,
     probe_request,
     query_series,
     rag_trace,
@@ -80,6 +81,12 @@ def has_data(prometheus: str, promql: str) -> bool:
     return any(not math.isnan(v) for v in query_series(prometheus, promql).values())
 
 
+def dwell_reported(sidecar: Sidecar) -> bool:
+    """Report one dwell time (the dwell panel's rate needs observations between scrapes)."""
+    dwell = b'{"trace_id": "t1", "kind": "dwell", "dwell_seconds": 12.5}'
+    return post(sidecar, "/v1/feedback", dwell, "application/json")[0] == 200
+
+
 def test_every_panel_query_returns_data_after_traffic(
     broker: Broker, start_sidecar: StartSidecar, services: Services, tmp_path: Path
 ) -> None:
@@ -100,6 +107,13 @@ def test_every_panel_query_returns_data_after_traffic(
             },
             "filter_exclusion": {"golden_set": str(golden)},
             "drift": DRIFT,
+            # every OTLP request is queued for review, and the hourly bound skips some
+            "review": {
+                "enabled": True,
+                "random_rate": 1.0,
+                "max_per_hour": {"random": 1},
+                "http": {"port": 0},
+            },
         },
     )
     registry = sidecar.registry
@@ -131,7 +145,7 @@ def test_every_panel_query_returns_data_after_traffic(
 
     with SteadyTraffic(sidecar, rounds=otlp_requests):
         try:
-            wait_until(lambda: not empty(), timeout=60, every=0.5)
+            wait_until(lambda: dwell_reported(sidecar) and not empty(), timeout=60, every=0.5)
         except AssertionError:
             pytest.fail(f"panel queries without data: {empty()}")
     records = sample(

@@ -29,13 +29,30 @@ def scrape(port: int) -> dict[str, float]:
     return totals
 
 
+STRATA = {"random", "thumbs_down", "follow_up"}
+
+
+def scrape_by_stratum(port: int) -> dict[str, float]:
+    """``rag_review_sampled_total`` per stratum, strata with a sample above 0 only."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        s.labels["stratum"]: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "rag_review_sampled_total" and s.value > 0
+    }
+
+
 def test_demo_serves_traffic_latency_and_cost_then_exits_0(tmp_path: Path) -> None:
-    """`rag-monitor demo --duration` shows requests, latency and cost on /metrics and exits 0."""
-    metrics_port = free_port()
+    """`rag-monitor demo --duration` shows requests, latency and cost on /metrics, fills the
+    review queue (random, thumbs-down and follow-up items) behind its page, and exits 0."""
+    metrics_port, review_port = free_port(), free_port()
     config = tmp_path / "demo.yaml"
     config.write_text(yaml.safe_dump({
         "service": {"metrics": {"port": metrics_port}, "state_dir": str(tmp_path / "state")},
         "collectors": {"otlp": {"http": {"port": free_port()}, "grpc": {"port": free_port()}}},
+        "detectors": {"review": {"http": {"port": review_port}}},
     }))  # fmt: skip
     process = subprocess.Popen(
         [sys.executable, "-m", "monitor", "demo", "--config", str(config), "--duration", "20"],
@@ -53,6 +70,14 @@ def test_demo_serves_traffic_latency_and_cost_then_exits_0(tmp_path: Path) -> No
         assert seen["rag_stage_latency_seconds_count"] > 0
         assert seen["rag_request_cost_usd_sum"] > 0
         assert seen.get("rag_stage_latency_window_seconds", 0) > 0
+        sampled = wait_until(
+            lambda: (m := scrape_by_stratum(metrics_port)).keys() >= STRATA and m,
+            timeout=30,
+            every=0.5,
+        )
+        assert all(sampled[stratum] > 0 for stratum in STRATA)
+        with urllib.request.urlopen(f"http://127.0.0.1:{review_port}/review", timeout=5) as page:
+            assert b"<form" in page.read()
         output, _ = process.communicate(timeout=60)
     finally:
         if process.poll() is None:

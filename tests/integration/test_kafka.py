@@ -428,7 +428,7 @@ def test_labels_and_feedback_topics_become_events_and_malformed_ones_are_dead_le
         [],
     ]
     good_feedback: list[Any] = [
-        {"trace_id": "t1", "kind": "thumbs_down", "reason": "wrong refund period"},
+        {"trace_id": "t1", "kind": "thumbs_down", "reason": "wrong"},
         [{"trace_id": "t2", "kind": "regenerate"}, {"trace_id": "t3", "kind": "copy"}],
     ]
     bad_feedback: list[Any] = [

@@ -66,8 +66,22 @@ def test_environment_overrides_win_over_the_file(tmp_path: Path) -> None:
         ("detectors: {latency: {quantiles: [1.5]}}", "detectors.latency.quantiles"),
         ("guardrails: {for: soon}", "guardrails.for"),
         ("assembly: {max_pending_traces: -1}", "assembly.max_pending_traces"),
+        ("detectors: {review: {follow_up_patterns: ['(']}}", "detectors.review.follow_up_patterns"),
+        (
+            "detectors: {faithfulness: {refusal_patterns: ['[a-']}}",
+            "detectors.faithfulness.refusal_patterns",
+        ),
     ],
-    ids=["unknown-key", "bad-choice", "out-of-range", "quantile", "duration", "negative"],
+    ids=[
+        "unknown-key",
+        "bad-choice",
+        "out-of-range",
+        "quantile",
+        "duration",
+        "negative",
+        "bad-pattern",
+        "bad-refusal-pattern",
+    ],
 )
 def test_errors_name_the_key_path(tmp_path: Path, yaml_text: str, expected: str) -> None:
     """Each invalid value is reported with its dotted key path."""

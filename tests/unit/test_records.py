@@ -111,7 +111,7 @@ def test_malformed_labels_are_refused(body: bytes) -> None:
 
 
 def test_feedback_kinds_are_checked() -> None:
-    """Feedback needs a trace id and one of the four kinds."""
+    """Feedback needs a trace id and a known kind (every kind: tests/unit/test_feedback_kinds.py)."""
     assert parse_feedback(b'{"trace_id": "ab", "kind": "regenerate"}') == [
         Feedback("ab", "regenerate")
     ]

@@ -36,7 +36,7 @@ STABLE_ALERTS = {
     "RagMonitorStateNearFull",
     "RagMonitorTraceTooLarge",
 }
-DETECTORS = ["latency", "cost", "feedback", "faithfulness", "filter_exclusion", "drift"]
+DETECTORS = ["latency", "cost", "feedback", "faithfulness", "filter_exclusion", "drift", "review"]
 
 
 def tool(name: str) -> str:
@@ -108,7 +108,7 @@ def test_promtool_tests_cover_every_alert_firing_and_silent() -> None:
 
 
 def test_rules_come_from_the_registered_components_in_order() -> None:
-    """The six detectors are registered by order; their fragments precede the sidecar's own."""
+    """The seven detectors are registered by order; their fragments precede the sidecar's own."""
     assert [component.name for component in load_components()] == DETECTORS
     assert [owner for owner, _ in rule_fragments(Config())] == [*DETECTORS, "monitor"]
 

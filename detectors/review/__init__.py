@@ -1,0 +1,1 @@
+"""The human review loop (issue 13): sampler, queue store, reviewer's page, reports."""

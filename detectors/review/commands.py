@@ -1,0 +1,84 @@
+"""The review loop's commands: ``rag-monitor review export-golden`` and ``report review``.
+
+Both read the review store in ``service.state_dir``; they never create one. The store
+and the statistics are imported only when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from detectors.review.model import Progress, ReviewItem, Verdict
+from monitor.components import Command
+
+
+def _read_store(config: Any) -> tuple[list[tuple[ReviewItem, Verdict]], Progress]:
+    """The reviewed items and the queue's progress; never creates a store."""
+    from detectors.review.store import FILE_NAME, ReviewStore
+
+    path = Path(config.service.state_dir) / FILE_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"no review store at {path} (is review.enabled on?)")
+    store = ReviewStore(path.parent)
+    try:
+        return store.reviewed(), store.progress()
+    finally:
+        store.close()
+
+
+def _export_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out", type=Path, default=Path("golden.jsonl"), help="JSON lines, golden-set format"
+    )
+
+
+def _export(args: argparse.Namespace, config: Any) -> int:
+    from detectors.review.report import write_golden
+
+    try:
+        reviewed, _ = _read_store(config)
+        export = write_golden(reviewed, args.out)
+    except OSError as exc:
+        print(f"rag-monitor review export-golden: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"{args.out}: {export.written} probes; left out: {export.without_gold} reviewed items "
+        f"without gold documents, {export.invalid} with an unusable document id"
+    )
+    return 0
+
+
+def _report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=Path("review.html"), help=".html or .md")
+
+
+def _report(args: argparse.Namespace, config: Any) -> int:
+    from detectors.review.report import summary, write_report
+
+    try:
+        reviewed, progress = _read_store(config)
+        report = write_report(reviewed, args.out, progress)
+    except (ValueError, OSError) as exc:
+        print(f"rag-monitor report review: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.out}: {summary(report)}")
+    return 0
+
+
+COMMANDS = (
+    Command(
+        ("review", "export-golden"),
+        "write reviewed items with gold documents as golden-set probes",
+        _export_arguments,
+        _export,
+    ),
+    Command(
+        ("report", "review"),
+        "write the review report: judge calibration and implicit signals",
+        _report_arguments,
+        _report,
+    ),
+)

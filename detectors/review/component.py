@@ -1,0 +1,36 @@
+"""The review detector's registration (entry point ``rag_monitor.detectors: review``)."""
+
+from __future__ import annotations
+
+from detectors.review import alerting
+from detectors.review.commands import COMMANDS
+from detectors.review.config import ReviewConfig
+from monitor.components import BuildContext, DetectorComponent
+from monitor.detector import Detector
+
+
+def _build(config: ReviewConfig, context: BuildContext) -> Detector:
+    from detectors.review.detector import ReviewDetector
+
+    # Kafka and the bearer token are collectors settings, handed over by the core.
+    return ReviewDetector(
+        config,
+        context.registry,
+        context.state_dir,
+        kafka=context.root.collectors.kafka,
+        emit=context.emit,
+        token=context.token,
+        state_max_bytes=context.root.service.state_max_bytes,
+    )
+
+
+COMPONENT = DetectorComponent(
+    name="review",
+    config_model=ReviewConfig,
+    description="human review queue: sampled answers, the reviewer's page, judge agreement",
+    build=_build,
+    rules=alerting.rules,
+    rows=alerting.rows,
+    order=70,
+    commands=COMMANDS,
+)

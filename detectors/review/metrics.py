@@ -1,0 +1,56 @@
+"""The review loop's metrics, declared once on the registry the detector is given."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from detectors.review.names import (
+    JUDGE_AGREEMENT_TOTAL,
+    KAFKA_RECORDS_TOTAL,
+    QUEUE_ITEMS,
+    RETENTION_DELETED_TOTAL,
+    SAMPLED_TOTAL,
+    SKIPPED_TOTAL,
+)
+
+
+class ReviewMetrics:
+    """Sampled and skipped items per stratum, judge agreement, the queue's size."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.sampled = Counter(
+            SAMPLED_TOTAL,
+            "Items queued for human review, by stratum (an item may count in several).",
+            ["stratum"],
+            registry=registry,
+        )
+        self.skipped = Counter(
+            SKIPPED_TOTAL,
+            "Items a stratum selected but did not queue, by stratum and reason: max_per_hour "
+            "(the stratum's bound), expired (the trace had left the sampler's buffer), "
+            "queue_full (the store worker's queue was full).",
+            ["stratum", "reason"],
+            registry=registry,
+        )
+        self.judge_agreement = Counter(
+            JUDGE_AGREEMENT_TOTAL,
+            "Reviewed items HHEM scored, by HHEM's verdict at its threshold (supported, "
+            "unsupported) and the reviewer's answer-supported value (yes, partly, no, no_claim).",
+            ["hhem", "human"],
+            registry=registry,
+        )
+        self.queue_items = Gauge(
+            QUEUE_ITEMS, "Items in the review queue (reviewed or not).", registry=registry
+        )
+        self.deleted = Counter(
+            RETENTION_DELETED_TOTAL,
+            "Items deleted from the review queue by detectors.review.retention_days.",
+            registry=registry,
+        )
+        self.kafka = Counter(
+            KAFKA_RECORDS_TOTAL,
+            "Review records on Kafka by direction (published, consumed) and outcome "
+            "(ok, failed, invalid).",
+            ["direction", "outcome"],
+            registry=registry,
+        )

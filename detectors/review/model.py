@@ -1,0 +1,68 @@
+"""What the review loop passes around: queued items and reviewers' verdicts.
+
+An item holds production text (query, answer, contexts): it lives only in the review
+store (``state_dir/review.sqlite3``) and the optional ``review`` Kafka topic, never in a
+log line or a metric label.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+Stratum = Literal["random", "low_faithfulness", "thumbs_down", "follow_up", "weekly_reading"]
+STRATA: tuple[Stratum, ...] = get_args(Stratum)
+Supported = Literal["yes", "partly", "no", "no_claim"]
+SUPPORTED: tuple[Supported, ...] = get_args(Supported)
+Reason = Literal["wrong", "incomplete", "off_topic", "harmful", "slow"]
+REASONS: tuple[Reason, ...] = get_args(Reason)
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewContext:
+    """One context the answer was generated from, as the reviewer sees it."""
+
+    doc_id: str
+    chunk_id: str | None = None
+    text: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewItem:
+    """One sampled answer. ``strata``, ``hhem_score`` and ``feedback`` are never shown to
+    the reviewer (the review is blind); they feed the report."""
+
+    trace_id: str
+    time: float  # Unix seconds of the request
+    query: str
+    answer: str
+    contexts: tuple[ReviewContext, ...] = ()
+    tenant: str | None = None
+    session_id: str | None = None
+    strata: tuple[Stratum, ...] = ()
+    hhem_score: float | None = None
+    hhem_threshold: float | None = None
+    feedback: tuple[str, ...] = ()  # feedback kinds seen for this trace, e.g. "regenerate"
+    queued_at: float = 0.0  # Unix seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A reviewer's record for one item."""
+
+    trace_id: str
+    supported: Supported
+    relevant_doc_ids: tuple[str, ...] = ()
+    missing_doc_ids: tuple[str, ...] = ()
+    reason: Reason | None = None
+    note: str = ""
+    reviewer: str | None = None
+    reviewed_at: float = 0.0  # Unix seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Queue counts for the page: per stratum, items queued and reviewed."""
+
+    queued: dict[str, int] = field(default_factory=dict)
+    reviewed: dict[str, int] = field(default_factory=dict)

@@ -1,0 +1,314 @@
+"""What reviews feed: the golden-set export and ``rag-monitor report review``.
+
+The export writes one probe per reviewed item whose verdict names gold documents, in
+the grammar ``detectors.filter_exclusion.golden_set`` reads (``probe_id`` and
+``gold_doc_ids``; the other keys are for people and replay tools). The report shows
+counts and statistics only: no query, answer, context or note appears in it, and every
+string it does show is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+from detectors.review.calibration import (
+    SUPPORTED_LABEL,
+    UNSUPPORTED_LABEL,
+    JudgeCalibration,
+    Reviewed,
+    SignalAssociation,
+    judge_calibration,
+    signal_associations,
+)
+from detectors.review.model import REASONS, SUPPORTED, Progress, ReviewItem, Verdict
+from monitor.events import InvalidRecord, parse_labels
+
+
+class ReviewedSource(Protocol):
+    """What the export reads: ``ReviewStore`` is one."""
+
+    def reviewed(self) -> list[tuple[ReviewItem, Verdict]]: ...
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- golden set ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GoldenExport:
+    """What ``write_golden`` did with the reviewed items."""
+
+    written: int
+    without_gold: int  # the verdict named no relevant and no missing document
+    invalid: int  # a document id the golden-set grammar refuses (empty, over 256 characters)
+
+
+def golden_record(item: ReviewItem, verdict: Verdict) -> dict[str, Any] | None:
+    """One probe: the reviewed trace's id as ``probe_id``, gold = relevant + missing ids."""
+    gold = list(dict.fromkeys(verdict.relevant_doc_ids + verdict.missing_doc_ids))
+    if not gold:
+        return None
+    return {
+        "probe_id": item.trace_id,
+        "gold_doc_ids": gold,
+        "query": item.query,
+        "tenant": item.tenant,
+        "reviewed_at": _iso(verdict.reviewed_at),
+    }
+
+
+def write_golden(reviewed: Reviewed, out: Path) -> GoldenExport:
+    """Write the probes of ``reviewed`` to ``out`` (JSON lines, replaced atomically)."""
+    lines = []
+    without_gold = invalid = 0
+    for item, verdict in reviewed:
+        record = golden_record(item, verdict)
+        if record is None:
+            without_gold += 1
+            continue
+        line = orjson.dumps(record)
+        try:
+            parse_labels(line)  # the reader's own grammar: a line it refuses is never written
+        except InvalidRecord:
+            invalid += 1
+            continue
+        lines.append(line + b"\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    partial.write_bytes(b"".join(lines))
+    os.replace(partial, out)
+    return GoldenExport(len(lines), without_gold, invalid)
+
+
+def export_golden(store: ReviewedSource, out: Path) -> int:
+    """Write the reviewed items of ``store`` with gold ids as golden-set probes; the count."""
+    return write_golden(store.reviewed(), out).written
+
+
+# --- the report ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewReport:
+    generated: float
+    reviewed: int
+    supported: dict[str, int]  # reviewer's verdict -> items
+    reasons: dict[str, int]  # reason category -> items
+    progress: Progress | None
+    judge: JudgeCalibration
+    signals: list[SignalAssociation]
+    golden: int  # reviewed items whose verdict names gold documents
+
+
+def build_report(
+    reviewed: Reviewed, progress: Progress | None = None, now: float | None = None
+) -> ReviewReport:
+    """Everything the report shows, from reviewed items and their verdicts."""
+    supported: dict[str, int] = dict.fromkeys(SUPPORTED, 0)
+    reasons: dict[str, int] = dict.fromkeys(REASONS, 0)
+    golden = 0
+    for item, verdict in reviewed:
+        supported[verdict.supported] += 1
+        if verdict.reason is not None:
+            reasons[verdict.reason] += 1
+        golden += golden_record(item, verdict) is not None
+    return ReviewReport(
+        generated=time.time() if now is None else now,
+        reviewed=len(reviewed),
+        supported=supported,
+        reasons=reasons,
+        progress=progress,
+        judge=judge_calibration(reviewed),
+        signals=signal_associations(reviewed),
+        golden=golden,
+    )
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _number(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}"
+
+
+def _judge_lines(judge: JudgeCalibration) -> list[str]:
+    """The calibration in sentences (plain text: the renderers escape it)."""
+    thresholds = ", ".join(f"{t:g}" for t in judge.thresholds) or "none"
+    lines = [
+        f"{judge.n} reviewed items with an HHEM score (threshold in use: {thresholds}); "
+        f"{judge.no_claim} left out because the reviewer found no claim, "
+        f"{judge.unscored} reviewed items HHEM never scored.",
+        f"'partly' counts as unsupported ({judge.partly} such items in the matrix).",
+        f"Agreement at the threshold in use: {_share(judge.agreement)}. "
+        f"Precision of 'unsupported': {_share(judge.precision)}; "
+        f"recall of 'unsupported': {_share(judge.recall)}.",
+    ]
+    best = judge.best
+    if best is not None:
+        lines.append(
+            f"The observed score that would have agreed most with reviewers: {best.threshold:g} "
+            f"(agreement {best.agreement:.1%}), 95% bootstrap interval "
+            f"[{best.low:g}, {best.high:g}] from {best.resamples} resamples of n = {best.n}."
+        )
+    return lines
+
+
+def _signal_row(signal: SignalAssociation) -> list[str]:
+    (present_bad, present_ok), (absent_bad, absent_ok) = signal.table
+    if signal.zero_cell:
+        ratio, interval = "zero cell", "not estimable"
+    else:
+        ratio, interval = (
+            _number(signal.odds_ratio),
+            f"[{_number(signal.low)}, {_number(signal.high)}]",
+        )
+    counts = [present_bad, present_ok, absent_bad, absent_ok, signal.n]
+    return [signal.kind, *(str(c) for c in counts), ratio, interval]
+
+
+SIGNAL_HEAD = [
+    "signal",
+    "present, flagged",
+    "present, fine",
+    "absent, flagged",
+    "absent, fine",
+    "n",
+    "odds ratio",
+    "95% interval",
+]
+SIGNAL_NOTE = (
+    "'Flagged': the reviewer said the answer was not supported (no, partly) or incomplete. "
+    "An odds ratio above 1 means the signal comes more often with flagged answers. These are "
+    "candidate signals: read a direction into one only when its interval excludes 1 on enough "
+    "reviewed items, and recheck after the product or the traffic changes. Items oversampled "
+    "for one signal (thumbs-down, follow-up) do not bias that signal's own odds ratio, but "
+    "can bias the others'."
+)
+
+
+def _progress_rows(progress: Progress | None) -> list[list[str]]:
+    if progress is None:
+        return []
+    strata = sorted(set(progress.queued) | set(progress.reviewed))
+    return [[s, str(progress.queued.get(s, 0)), str(progress.reviewed.get(s, 0))] for s in strata]
+
+
+def _tables(report: ReviewReport) -> list[tuple[str, list[str], list[list[str]], list[str]]]:
+    """(title, header, rows, sentences) of each section, in order, as plain text."""
+    judge = report.judge
+    labels = (SUPPORTED_LABEL, UNSUPPORTED_LABEL)
+    matrix = [[f"HHEM {h}", *(str(judge.count(h, p)) for p in labels)] for h in labels]
+    verdicts = [[k, str(v)] for k, v in report.supported.items()]
+    verdicts += [[f"reason: {k}", str(v)] for k, v in report.reasons.items() if v]
+    golden = (
+        f"{report.golden} of {report.reviewed} reviewed items name gold documents and go into "
+        "`rag-monitor review export-golden`; the others are left out."
+    )
+    return [
+        ("Queue", ["stratum", "queued", "reviewed"], _progress_rows(report.progress), []),
+        ("Reviewers' verdicts", ["verdict", "items"], verdicts, [golden]),
+        (
+            "Judge calibration: HHEM against reviewers",
+            ["", f"human {SUPPORTED_LABEL}", f"human {UNSUPPORTED_LABEL}"],
+            matrix,
+            _judge_lines(judge),
+        ),
+        (
+            "Implicit signals against review",
+            SIGNAL_HEAD,
+            [_signal_row(s) for s in report.signals],
+            [SIGNAL_NOTE],
+        ),
+    ]
+
+
+def render_html(report: ReviewReport) -> str:
+    esc = html.escape
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>Human review report</title>",
+        "<style>body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;"
+        "padding:0 1rem;color:#222}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
+        "padding:.3rem .6rem}th{background:#f4f4f4}small{color:#666}</style></head><body>",
+        "<h1>Human review report</h1>",
+        f"<p><small>{esc(_iso(report.generated))}: {report.reviewed} reviewed items</small></p>",
+    ]
+    for title, head, rows, sentences in _tables(report):
+        parts.append(f"<h2>{esc(title)}</h2>")
+        if rows:
+            parts.append("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>")
+            for row in rows:
+                parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
+            parts.append("</table>")
+        else:
+            parts.append("<p>Nothing yet.</p>")
+        parts.extend(f"<p>{esc(s)}</p>" for s in sentences)
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _md(text: str) -> str:
+    # Markdown renders inline HTML: escape it, and the table's cell separator.
+    return html.escape(text, quote=False).replace("|", "\\|")
+
+
+def render_markdown(report: ReviewReport) -> str:
+    lines = [
+        "# Human review report",
+        "",
+        f"_{_iso(report.generated)}: {report.reviewed} reviewed items_",
+    ]
+    for title, head, rows, sentences in _tables(report):
+        lines += ["", f"## {_md(title)}", ""]
+        if rows:
+            lines.append("| " + " | ".join(_md(h) for h in head) + " |")
+            lines.append("|" + "---|" * len(head))
+            lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
+        else:
+            lines.append("Nothing yet.")
+        for sentence in sentences:
+            lines += ["", _md(sentence)]
+    return "\n".join(lines) + "\n"
+
+
+def summary(report: ReviewReport) -> str:
+    """One line for the terminal."""
+    judge, best = report.judge, report.judge.best
+    tail = (
+        f"best threshold {best.threshold:g} [{best.low:g}, {best.high:g}] (n = {best.n})"
+        if best
+        else "no scored item reviewed"
+    )
+    return (
+        f"{report.reviewed} reviewed; HHEM agreement {_share(judge.agreement)} on {judge.n}, "
+        f"{tail}; {len(report.signals)} implicit signals"
+    )
+
+
+def write_report(
+    reviewed: Sequence[tuple[ReviewItem, Verdict]],
+    out: Path,
+    progress: Progress | None = None,
+    now: float | None = None,
+) -> ReviewReport:
+    """Build the report and write ``out`` (.html or .md)."""
+    suffix = out.suffix.lower()
+    if suffix not in (".html", ".htm", ".md"):
+        raise ValueError(f"--out {out}: write .html or .md")
+    report = build_report(reviewed, progress, now)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = render_markdown(report) if suffix == ".md" else render_html(report)
+    out.write_text(text, encoding="utf-8")
+    return report

@@ -1,0 +1,255 @@
+"""Which answers go to human review: the strata of the method's Part 10.
+
+- ``random``: a trace-id hash under ``random_rate`` (the same pick on every replica);
+- ``low_faithfulness``: an HHEM score (a ``JudgeScore`` event) under its threshold;
+- ``thumbs_down``: thumbs-down feedback, oversampled at its own rate;
+- ``follow_up``: the next query of the same session matches a pattern ("are you sure"):
+  the *previous* answer is queued;
+- ``weekly_reading``: ``weekly_reading`` answers a week, spread over its hours.
+
+Later evidence needs the trace's text, so recent candidates (traces with a query and an
+answer) are held in a bounded buffer; evidence for a trace that left it is counted
+``expired``. Every stratum but weekly_reading is bounded per hour. What is taken goes to
+``sink`` (the detector's worker: the store, Kafka) as an action; ``sink`` never waits.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+from detectors.review.config import ReviewConfig
+from detectors.review.metrics import ReviewMetrics
+from detectors.review.model import ReviewContext, ReviewItem, Stratum
+from monitor.sampler import trace_fraction
+from monitor.trace import Event, Feedback, JudgeScore, RagTrace
+
+HOUR_S = 3600.0
+WEEK_S = 7 * 24 * HOUR_S
+HOURS_PER_WEEK = 168
+_Value = TypeVar("_Value")
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueue:
+    """Queue ``item`` (its ``strata`` name the stratum that took it)."""
+
+    item: ReviewItem
+
+
+@dataclass(frozen=True, slots=True)
+class AttachScore:
+    """An HHEM score for a queued item."""
+
+    trace_id: str
+    score: float
+    threshold: float
+
+
+@dataclass(frozen=True, slots=True)
+class AttachFeedback:
+    """A feedback kind seen for a queued item."""
+
+    trace_id: str
+    kind: str
+
+
+Action = Enqueue | AttachScore | AttachFeedback
+
+
+def item_of(trace: RagTrace) -> ReviewItem | None:
+    """The review item of a trace; None when it has no query or no answer to review."""
+    if not trace.query or not trace.answer:
+        return None
+    return ReviewItem(
+        trace_id=trace.trace_id,
+        time=trace.time.timestamp(),
+        query=trace.query,
+        answer=trace.answer,
+        contexts=tuple(ReviewContext(c.doc_id, c.chunk_id, c.text) for c in trace.contexts),
+        tenant=trace.tenant,
+        session_id=trace.session_id,
+    )
+
+
+def stratum_fraction(stratum: Stratum, trace_id: str) -> float:
+    """A stable number in [0, 1) per stratum and trace: independent picks per stratum."""
+    return trace_fraction(f"{stratum}:{trace_id}")
+
+
+def _hold(held: OrderedDict[str, _Value], key: str, value: _Value, bound: int) -> None:
+    """Put ``key`` last in ``held``, forgetting the oldest keys beyond ``bound``."""
+    held[key] = value
+    held.move_to_end(key)
+    while len(held) > bound:
+        held.popitem(last=False)
+
+
+class WeeklyReading:
+    """``per_week`` random answers a week, spread over its 168 hours.
+
+    By the end of hour ``h`` of a week, ``per_week * (h + 1) // 168`` answers are due.
+    Within an hour the candidates with the smallest hashes are held (as many as are due
+    and not yet taken); when the hour ends they are released. An hour without traffic
+    passes its share to the next hours of the same week.
+    """
+
+    def __init__(self, per_week: int) -> None:
+        self._per_week = per_week
+        self._slot: tuple[int, int] | None = None  # (week, hour of the week)
+        self._taken = 0  # released in the current week
+        self._held: list[tuple[float, str, ReviewItem]] = []  # max-heap by -fraction
+
+    def offer(self, item: ReviewItem, now: float) -> list[ReviewItem]:
+        """Consider ``item``; returns the picks of an hour that has ended."""
+        released = self.due(now)
+        allowance = self._due_by(self._slot[1] if self._slot else 0) - self._taken
+        if allowance <= 0:
+            return released
+        fraction = stratum_fraction("weekly_reading", item.trace_id)
+        entry = (-fraction, item.trace_id, item)
+        if len(self._held) < allowance:
+            heapq.heappush(self._held, entry)
+        elif -self._held[0][0] > fraction:
+            heapq.heapreplace(self._held, entry)
+        return released
+
+    def due(self, now: float) -> list[ReviewItem]:
+        """The picks of the hour that ended before ``now``, if one did."""
+        slot = (int(now // WEEK_S), int(now % WEEK_S // HOUR_S))
+        if slot == self._slot:
+            return []
+        released = [item for _, _, item in sorted(self._held, reverse=True)]
+        self._held = []
+        self._taken += len(released)
+        if self._slot is None or slot[0] != self._slot[0]:
+            self._taken = 0
+        self._slot = slot
+        return released
+
+    def _due_by(self, hour: int) -> int:
+        return self._per_week * (hour + 1) // HOURS_PER_WEEK
+
+
+class ReviewSampler:
+    """Selects traces into the review queue; called on the pipeline thread (``tick`` from
+    the detector's worker, hence the lock)."""
+
+    def __init__(
+        self,
+        config: ReviewConfig,
+        metrics: ReviewMetrics,
+        sink: Callable[[Action], bool],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self._metrics = metrics
+        self._sink = sink
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._bound = config.buffer_size
+        self._patterns = [re.compile(p, re.IGNORECASE) for p in config.follow_up_patterns]
+        self._buffer: OrderedDict[str, ReviewItem] = OrderedDict()
+        self._last_in_session: OrderedDict[str, str] = OrderedDict()
+        self._queued: OrderedDict[str, set[Stratum]] = OrderedDict()
+        self._hour = -1
+        self._this_hour: dict[Stratum, int] = {}
+        self._weekly = WeeklyReading(config.weekly_reading)
+        self._rates: dict[Stratum, float] = {
+            "random": config.random_rate,
+            "low_faithfulness": config.low_faithfulness_rate,
+            "thumbs_down": config.thumbs_down_rate,
+            "follow_up": config.follow_up_rate,
+        }
+
+    def observe(self, trace: RagTrace) -> None:
+        item = item_of(trace)
+        if item is None:
+            return
+        with self._lock:
+            now = self._clock()
+            if trace.session_id:
+                previous = self._last_in_session.pop(trace.session_id, None)
+                if previous is not None and any(p.search(item.query) for p in self._patterns):
+                    self._take(previous, "follow_up", now)
+                _hold(self._last_in_session, trace.session_id, trace.trace_id, self._bound)
+            _hold(self._buffer, trace.trace_id, item, self._bound)
+            self._take(trace.trace_id, "random", now)
+            if self._config.weekly_reading:
+                self._release_weekly(self._weekly.offer(item, now))
+
+    def observe_event(self, event: Event) -> None:
+        with self._lock:
+            if isinstance(event, JudgeScore):
+                self._judged(event)
+            elif isinstance(event, Feedback):
+                self._feedback(event)
+
+    def tick(self) -> None:
+        """Release the weekly picks of an hour that has ended."""
+        with self._lock:
+            self._release_weekly(self._weekly.due(self._clock()))
+
+    # --- under the lock ------------------------------------------------------------------
+
+    def _judged(self, event: JudgeScore) -> None:
+        held = self._buffer.get(event.trace_id)
+        if held is not None:
+            self._buffer[event.trace_id] = replace(
+                held, hhem_score=event.score, hhem_threshold=event.threshold
+            )
+        if event.trace_id in self._queued:
+            self._sink(AttachScore(event.trace_id, event.score, event.threshold))
+        if event.score < event.threshold:
+            self._take(event.trace_id, "low_faithfulness", self._clock())
+
+    def _feedback(self, event: Feedback) -> None:
+        held = self._buffer.get(event.trace_id)
+        if held is not None and event.kind not in held.feedback:
+            self._buffer[event.trace_id] = replace(held, feedback=(*held.feedback, event.kind))
+        if event.trace_id in self._queued:
+            self._sink(AttachFeedback(event.trace_id, event.kind))
+        if event.kind == "thumbs_down":
+            self._take(event.trace_id, "thumbs_down", self._clock())
+
+    def _take(self, trace_id: str, stratum: Stratum, now: float) -> None:
+        """Queue the trace in ``stratum`` if its hash falls under the stratum's rate and the
+        stratum's hourly bound has room."""
+        if stratum_fraction(stratum, trace_id) >= self._rates[stratum]:
+            return
+        if stratum in self._queued.get(trace_id, ()):
+            return
+        item = self._buffer.get(trace_id)
+        if item is None:
+            self._metrics.skipped.labels(stratum, "expired").inc()
+            return
+        hour = int(now // HOUR_S)
+        if hour != self._hour:
+            self._hour, self._this_hour = hour, {}
+        if self._this_hour.get(stratum, 0) >= getattr(self._config.max_per_hour, stratum):
+            self._metrics.skipped.labels(stratum, "max_per_hour").inc()
+            return
+        if self._enqueue(item, stratum):
+            self._this_hour[stratum] = self._this_hour.get(stratum, 0) + 1
+
+    def _release_weekly(self, items: list[ReviewItem]) -> None:
+        for item in items:
+            if "weekly_reading" not in self._queued.get(item.trace_id, ()):
+                # The buffered copy carries the score and feedback seen since.
+                self._enqueue(self._buffer.get(item.trace_id, item), "weekly_reading")
+
+    def _enqueue(self, item: ReviewItem, stratum: Stratum) -> bool:
+        if not self._sink(Enqueue(replace(item, strata=(stratum,)))):
+            self._metrics.skipped.labels(stratum, "queue_full").inc()
+            return False
+        self._metrics.sampled.labels(stratum).inc()
+        strata = self._queued.pop(item.trace_id, set())
+        strata.add(stratum)
+        _hold(self._queued, item.trace_id, strata, self._bound)
+        return True
