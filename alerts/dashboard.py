@@ -5,7 +5,8 @@ built from its own config section and ``guardrails`` (one row per guardrail);
 the sidecar's own health row (``alerts.health``) comes last. Guardrail
 thresholds are drawn as constant series so that a panel shows the line it is
 judged against. Fleet-wide quantiles come from the histograms (summed over
-replicas); the per-replica window gauges are shown beside them.
+replicas); the per-replica window gauges are shown beside them. Releases (a new
+``service.version``, from the release detector) are annotations on every panel.
 """
 
 from __future__ import annotations
@@ -18,11 +19,31 @@ from alerts import health
 from alerts.rules import component_section
 from monitor.components import DetectorComponent, Panel, Row, load_components
 from monitor.config import Config
-from monitor.promql import REQUESTS_TOTAL
+from monitor.promql import JOB, RELEASE_FIRST_SEEN, REQUESTS_TOTAL
 
 UID = "rag-monitor"
 SCHEMA_VERSION = 39
 _WIDTH = 24
+# A release marks the first 10 minutes its version's first-seen series exists: a series
+# that had no sample 10 minutes earlier (a replica restart keeps it, as gaps are shorter).
+_RELEASE_MARK = "10m"
+
+
+def release_annotation(datasource: dict[str, str]) -> dict[str, Any]:
+    """The dashboard annotation query that marks releases on every time-series panel."""
+    first_seen = f"max by (service, version) ({RELEASE_FIRST_SEEN}{{{JOB}}}"
+    return {
+        "name": "Releases",
+        "enable": True,
+        "hide": False,
+        "iconColor": "purple",
+        "datasource": datasource,
+        "expr": f"{first_seen})\nunless\n{first_seen} offset {_RELEASE_MARK})",
+        "step": "1m",
+        "titleFormat": "release {{service}} {{version}}",
+        "tagKeys": "service,version",
+        "textFormat": "{{service}} {{version}} first seen",
+    }
 
 
 def dashboard_rows(
@@ -101,7 +122,7 @@ def build_dashboard(
                 },
             ]
         },
-        "annotations": {"list": []},
+        "annotations": {"list": [release_annotation(datasource)]},
         "panels": panels,
     }
 

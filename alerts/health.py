@@ -15,7 +15,8 @@ PROMTOOL_TESTS = [Path(__file__).parent / "tests" / "monitor_test.yaml"]
 
 def rules(guardrails: GuardrailsConfig) -> RuleFragment:
     """RagMonitorDown, RagMonitorDeadLetters, RagMonitorSheddingSamples, RagMonitorWorkerDown,
-    RagMonitorStateNearFull, RagMonitorTraceTooLarge."""
+    RagMonitorStateNearFull, RagMonitorTraceTooLarge. None has a ``suspected_cause``:
+    their cause is the sidecar or its intake, not a release or drift of the RAG service."""
     window = guardrails.window
     up = f'up{{job="{guardrails.job}"}}'
     # skipped: a poison record that could not even be dead-lettered as a reference
@@ -27,6 +28,7 @@ def rules(guardrails: GuardrailsConfig) -> RuleFragment:
             "RagMonitorDown",
             f"{up} == 0\nor\nabsent({up})",
             severity="page",
+            suspected_cause=False,
             summary="rag-monitor is not scraped ({{ $labels.job }})",
             description="Prometheus cannot scrape the rag-monitor sidecar"
             "{{ with $labels.instance }} {{ . }}{{ end }}, or has no target for it: every other "
@@ -37,6 +39,7 @@ def rules(guardrails: GuardrailsConfig) -> RuleFragment:
             "RagMonitorDeadLetters",
             f"{sum_increase(dead, window, 'job, collector')} > 0",
             severity="ticket",
+            suspected_cause=False,
             summary="rag-monitor dead-lettered records ({{ $labels.job }}, "
             "{{ $labels.collector }})",
             description='{{ $value | printf "%.0f" }} record(s) from the {{ $labels.collector }} '
@@ -50,6 +53,7 @@ def rules(guardrails: GuardrailsConfig) -> RuleFragment:
             "RagMonitorSheddingSamples",
             f"{sum_increase(dropped, window, 'job, detector')} > 0",
             severity="ticket",
+            suspected_cause=False,
             summary="rag-monitor sheds samples of the {{ $labels.detector }} detector "
             "({{ $labels.job }})",
             description='{{ $value | printf "%.0f" }} sampled trace(s) for '
@@ -61,6 +65,7 @@ def rules(guardrails: GuardrailsConfig) -> RuleFragment:
             "RagMonitorWorkerDown",
             "rag_monitor_worker_up == 0",  # exported by monitor.worker's Supervisor
             severity="page",
+            suspected_cause=False,
             summary="rag-monitor worker {{ $labels.worker }} died or stalled ({{ $labels.job }})",
             description="The {{ $labels.worker }} thread of {{ $labels.instance }} died or "
             "stopped beating its heartbeat, and /healthz answers 503; the signals it feeds "
@@ -82,6 +87,7 @@ def _bound_alerts(guardrails: GuardrailsConfig) -> list[dict[str, Any]]:
             "sum by (job, instance) (rag_monitor_state_bytes)\n> on (job, instance)\n"
             "0.9 * max by (job, instance) (rag_monitor_state_max_bytes)",
             severity="ticket",
+            suspected_cause=False,
             summary="rag-monitor state_dir is over 90% of its budget ({{ $labels.job }})",
             description="service.state_dir of {{ $labels.instance }} holds "
             "{{ $value | humanize1024 }}B, over 90% of service.state_max_bytes: the drift store "
@@ -94,6 +100,7 @@ def _bound_alerts(guardrails: GuardrailsConfig) -> list[dict[str, Any]]:
             "RagMonitorTraceTooLarge",
             f"{sum_increase(refused, window, 'job, collector')} > 0",
             severity="ticket",
+            suspected_cause=False,
             summary="rag-monitor refused spans of oversized traces ({{ $labels.job }}, "
             "{{ $labels.collector }})",
             description='{{ $value | printf "%.0f" }} span(s) from the {{ $labels.collector }} '

@@ -38,7 +38,7 @@ from collectors.span_text import (
 from collectors.span_tree import depths
 from collectors.span_usage import calls_counted_once, embedding_usage, llm_usage, provider
 from monitor.config import MappingConfig
-from monitor.trace import Context, RagTrace, Source, Usage
+from monitor.trace import MAX_RELEASE_ATTRIBUTE_LENGTH, Context, RagTrace, Source, Usage
 
 _KIND = "openinference.span.kind"
 _QUERY_VECTOR = "embedding.embeddings.0.embedding.vector"
@@ -149,6 +149,9 @@ class TraceMapper:
             else None,
             probe_id=text(attrs.get("rag.probe_id")),
             metadata=metadata,
+            service_name=_release_attribute(request.resource, "service.name"),
+            service_version=_release_attribute(request.resource, "service.version"),
+            deployment_environment=_release_attribute(request.resource, "deployment.environment"),
         )
 
     def _is_rag_request(self, kinds: Iterable[str], query: str | None) -> bool:
@@ -291,6 +294,13 @@ class _StageSpans:
                 found.generations.append(span)
         found.generations.sort(key=lambda s: (s.start_ns, s.end_ns))
         return found
+
+
+def _release_attribute(resource: Mapping[str, Any], key: str) -> str | None:
+    """A resource attribute that becomes a label value: a string of bounded length, else
+    nothing (a version of 10 kB is a producer's bug, not a release)."""
+    value = text(resource.get(key))
+    return value if value is not None and len(value) <= MAX_RELEASE_ATTRIBUTE_LENGTH else None
 
 
 def _span_kind(span: Span) -> str:

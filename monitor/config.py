@@ -254,6 +254,11 @@ class GuardrailsConfig(Section):
         "1h", description="rate window of the sampled faithfulness and false-exclusion ratios"
     )
     baseline: Duration = Field("7d", description="history of the regeneration control band")
+    release_window: Duration = Field(
+        "6h",
+        description="an alert within this long after a new service.version was first seen "
+        "has suspected_cause regression, else drift",
+    )
     min_events: int = Field(
         20, ge=1, description="denominator events a window needs before a ratio alert may fire"
     )

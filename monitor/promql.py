@@ -6,7 +6,8 @@ instead of NaN or +Inf. Panel expressions use the dashboard's Grafana variables
 (``$job``, ``$__rate_interval``). Alerts carry ``severity`` (``page``: a person acts
 now; ``ticket``: work for the next business day) and the annotations ``summary``,
 ``description`` and ``runbook``, an anchor into the runbook (the README heading
-``### RagFaithfulnessLow`` is the anchor ``#ragfaithfulnesslow``).
+``### RagFaithfulnessLow`` is the anchor ``#ragfaithfulnesslow``). A guardrail alert
+also carries ``suspected_cause`` (the method's first triage rule, see ``triage``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from monitor.config import GuardrailsConfig
+from monitor.durations import parse_duration
 
 Severity = Literal["page", "ticket"]
 
 # The pipeline's request counter (monitor.pipeline), the denominator of per-request ratios.
 REQUESTS_TOTAL = "rag_requests_total"
+# The release detector's gauge (detectors/release), spelled here because every guardrail
+# alert's triage annotation reads it: when a replica first saw a service.version.
+RELEASE_FIRST_SEEN = "rag_release_first_seen_timestamp_seconds"
 
 # --- rule expressions -------------------------------------------------------------------
 
@@ -45,6 +50,37 @@ def enough(guardrails: GuardrailsConfig, selector: str, window: str, by: str = "
     return f"and on ({by})\n{sum_increase(selector, window, by)} >= {guardrails.min_events}"
 
 
+def release_first_seen(guardrails: GuardrailsConfig) -> str:
+    """First seen per service and version, the earliest of the replicas. Over the last
+    ``release_window``: a replica restarted after a release reports the restart as its
+    first sight, and the samples from before the restart keep the true time."""
+    window = guardrails.release_window
+    return f"min by (service, version) (min_over_time({RELEASE_FIRST_SEEN}[{window}]))"
+
+
+def triage(guardrails: GuardrailsConfig) -> tuple[str, str]:
+    """The ``suspected_cause`` annotation template and the release sentence of the
+    description: ``regression`` when some service.version was first seen within
+    ``release_window`` before the evaluation, else ``drift`` (no code or model change).
+
+    Annotations are expanded at every rule evaluation, with Prometheus's ``query``
+    template function; ``if`` on an empty result is false. Not a label: a label's
+    value changing while the alert fires would make it a new alert (resolve, wait ``for``
+    again, notify twice) when the release leaves the window."""
+    first_seen = release_first_seen(guardrails)
+    seconds = parse_duration(guardrails.release_window)
+    cause = (
+        f'{{{{ if query "{first_seen} > time() - {seconds:g}" }}}}regression'
+        "{{ else }}drift{{ end }}"
+    )
+    release = (
+        f' Latest release: {{{{ range query "topk(1, {first_seen})" }}}}'
+        "{{ .Labels.service }} {{ .Labels.version }}, first seen "
+        "{{ .Value | humanizeTimestamp }}{{ else }}none reported{{ end }}."
+    )
+    return cause, release
+
+
 def alert(
     guardrails: GuardrailsConfig,
     name: str,
@@ -55,18 +91,25 @@ def alert(
     description: str,
     for_: str | None = None,
     labels: dict[str, str] | None = None,
+    suspected_cause: bool = True,
 ) -> dict[str, Any]:
-    """An alerting rule with its severity, runbook link and the guardrails' ``for``."""
+    """An alerting rule with its severity, runbook link and the guardrails' ``for``; with
+    ``suspected_cause`` (a guardrail alert) the triage annotation and release sentence."""
+    annotations = {
+        "summary": summary,
+        "description": description,
+        "runbook": f"{guardrails.runbook_base}#{name.lower()}",
+    }
+    if suspected_cause:
+        cause, release = triage(guardrails)
+        annotations["description"] += release
+        annotations["suspected_cause"] = cause
     return {
         "alert": name,
         "expr": expr,
         "for": guardrails.for_ if for_ is None else for_,
         "labels": {"severity": severity, **(labels or {})},
-        "annotations": {
-            "summary": summary,
-            "description": description,
-            "runbook": f"{guardrails.runbook_base}#{name.lower()}",
-        },
+        "annotations": annotations,
     }
 
 

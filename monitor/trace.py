@@ -42,6 +42,8 @@ MAX_DWELL_SECONDS = 86_400.0  # a dwell longer than a day is a client's clock, n
 # real retriever hands thousands of chunks to a generator, and holding them
 # would let one request take the memory meant for many traces.
 MAX_DOCUMENTS = 1000
+# Release attributes become metric label values (detectors/release): bounded, never free text.
+MAX_RELEASE_ATTRIBUTE_LENGTH = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,9 @@ DocIds = Annotated[tuple[Id, ...], _JsonArray(max_length=MAX_DOCUMENTS)]
 TraceId = Annotated[str, StringConstraints(pattern=r"^[0-9a-fA-F]{1,64}$", to_lower=True)]
 StageName = Annotated[str, _ValidatedAs(Stage)]
 Seconds = Annotated[Finite, Field(ge=0)]
+ReleaseAttribute = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_RELEASE_ATTRIBUTE_LENGTH)
+]
 
 
 def _empty() -> Mapping[str, Any]:
@@ -141,6 +146,10 @@ class RagTrace:
     ) = None
     probe_id: Id | None = None
     metadata: Mapping[str, Any] = field(default_factory=_empty)
+    # The OTel resource attributes service.name, service.version, deployment.environment.
+    service_name: ReleaseAttribute | None = None
+    service_version: ReleaseAttribute | None = None
+    deployment_environment: ReleaseAttribute | None = None
 
 
 @dataclass(frozen=True, slots=True)

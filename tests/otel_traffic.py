@@ -39,8 +39,12 @@ class RagRequest:
         return self.embed_s + self.retrieve_s + self.rerank_s + self.generate_s
 
 
-def tracer_for(exporter: SpanExporter, name: str = "rag-service") -> tuple[TracerProvider, Tracer]:
-    provider = TracerProvider(resource=Resource.create({"service.name": name}))
+def tracer_for(
+    exporter: SpanExporter, name: str = "rag-service", version: str | None = None
+) -> tuple[TracerProvider, Tracer]:
+    """A tracer of the service ``name`` (``service.version`` ``version`` when given)."""
+    attributes = {"service.name": name, **({"service.version": version} if version else {})}
+    provider = TracerProvider(resource=Resource.create(attributes))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return provider, provider.get_tracer("tests")
 

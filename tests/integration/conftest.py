@@ -250,7 +250,7 @@ class SteadyTraffic:
     """Sends OpenInference requests every ``every`` seconds through the real OTLP/HTTP exporter.
 
     Each round is ``rounds()``, by default one request whose generate stage lasts
-    ``generate_s`` (which may be changed while it runs).
+    ``generate_s`` (which may be changed while it runs), from a service of ``version``.
     """
 
     def __init__(
@@ -259,9 +259,12 @@ class SteadyTraffic:
         generate_s: float = 0.5,
         every: float = 0.05,
         rounds: Callable[[], Sequence[RagRequest]] | None = None,
+        version: str | None = None,
     ) -> None:
         endpoint = f"http://127.0.0.1:{sidecar.http.port}/v1/traces"  # type: ignore[union-attr]
-        self.provider, self.tracer = tracer_for(OTLPSpanExporter(endpoint=endpoint))
+        self.provider, self.tracer = tracer_for(
+            OTLPSpanExporter(endpoint=endpoint), version=version
+        )
         self.generate_s = generate_s
         self.every = every
         self.sent = 0

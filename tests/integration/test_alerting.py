@@ -34,6 +34,7 @@ pytestmark = pytest.mark.integration
 
 StartSidecar = Callable[..., Sidecar]
 GENERATE_SLO_S = 0.5
+RELEASE = {"service": "rag-service", "version": "2.0.0", "environment": ""}
 
 
 # --- the webhook receiver ------------------------------------------------------------------
@@ -92,15 +93,9 @@ def query_value(prometheus: str, promql: str) -> float | None:
     return next(iter(series.values()), None)
 
 
-# --- tests -----------------------------------------------------------------------------------
-
-
-def test_slow_generate_stage_fires_then_resolves_at_the_webhook(
-    start_sidecar: StartSidecar, services: Services, webhook: Webhook
-) -> None:
-    """Slow generate spans fire RagStageLatencySLOBreach at the webhook; fast ones resolve it."""
-    sidecar = start_sidecar()
-    config = Config.model_validate(
+def latency_breach_config() -> Config:
+    """Rules that fire at once when the generate stage's p95 is above GENERATE_SLO_S."""
+    return Config.model_validate(
         {
             "guardrails": {
                 "for": "0s",
@@ -109,6 +104,18 @@ def test_slow_generate_stage_fires_then_resolves_at_the_webhook(
             }
         }
     )
+
+
+# --- tests -----------------------------------------------------------------------------------
+
+
+def test_slow_generate_stage_fires_then_resolves_at_the_webhook(
+    start_sidecar: StartSidecar, services: Services, webhook: Webhook
+) -> None:
+    """Slow generate spans fire RagStageLatencySLOBreach at the webhook; fast ones resolve it.
+    The spans carry no service.version: the suspected cause is drift."""
+    sidecar = start_sidecar()
+    config = latency_breach_config()
     alertmanager = services.start_alertmanager(webhook.url)
     services.start_prometheus(sidecar, render_rules(config), alertmanager=alertmanager)
     with SteadyTraffic(sidecar, generate_s=1.0) as traffic:
@@ -130,6 +137,8 @@ def test_slow_generate_stage_fires_then_resolves_at_the_webhook(
         }
         assert alert["annotations"]["runbook"] == "README.md#ragstagelatencyslobreach"
     assert "SLO is 0.5s" in firing[0]["annotations"]["description"]
+    assert firing[0]["annotations"]["suspected_cause"] == "drift"
+    assert "Latest release: none reported." in firing[0]["annotations"]["description"]
     # only the stage with an SLO alerted, though every request was slow in total as well
     stages = {
         a["labels"]["stage"]
@@ -138,6 +147,24 @@ def test_slow_generate_stage_fires_then_resolves_at_the_webhook(
         if a["labels"]["alertname"] == "RagStageLatencySLOBreach"
     }
     assert stages == {"generate"}
+
+
+def test_a_breach_right_after_a_new_version_reaches_the_webhook_as_regression(
+    start_sidecar: StartSidecar, services: Services, webhook: Webhook
+) -> None:
+    """Slow spans of a service.version first seen moments ago fire with suspected_cause
+    regression, and the description names the version and its first sight."""
+    sidecar = start_sidecar()
+    alertmanager = services.start_alertmanager(webhook.url)
+    services.start_prometheus(sidecar, render_rules(latency_breach_config()), alertmanager)
+    with SteadyTraffic(sidecar, generate_s=1.0, version="2.0.0"):
+        firing = wait_until(
+            lambda: webhook.alerts("RagStageLatencySLOBreach", "firing"), timeout=60, every=0.2
+        )
+    annotations = firing[0]["annotations"]
+    assert annotations["suspected_cause"] == "regression"
+    assert "Latest release: rag-service 2.0.0, first seen " in annotations["description"]
+    assert sample(sidecar.registry, "rag_release_info", **RELEASE) == 1
 
 
 def test_prometheus_scrapes_the_latency_and_cost_sent(

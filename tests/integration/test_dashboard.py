@@ -90,7 +90,8 @@ def dwell_reported(sidecar: Sidecar) -> bool:
 def test_every_panel_query_returns_data_after_traffic(
     broker: Broker, start_sidecar: StartSidecar, services: Services, tmp_path: Path
 ) -> None:
-    """Each query of each panel, with Grafana's variables filled in, returns a series."""
+    """Each query of each panel and the release annotation, with Grafana's variables
+    filled in, returns a series."""
     checkpoint, _ = build_checkpoint(tmp_path / "hhem")
     golden = tmp_path / "golden.jsonl"
     golden.write_text(golden_set_lines())
@@ -119,8 +120,10 @@ def test_every_panel_query_returns_data_after_traffic(
     registry = sidecar.registry
     config = with_test_window(sidecar.config)
     prometheus = services.start_prometheus(sidecar, render_rules(config))
+    dashboard = build_dashboard(config)
+    annotations = [(a["name"], a["expr"]) for a in dashboard["annotations"]["list"]]
     queries = [
-        (title, grafana_expr(expr)) for title, expr in panel_queries(build_dashboard(config))
+        (title, grafana_expr(expr)) for title, expr in [*panel_queries(dashboard), *annotations]
     ]
     assert not [expr for _, expr in queries if "$" in expr]
 
@@ -143,7 +146,7 @@ def test_every_panel_query_returns_data_after_traffic(
     def empty() -> list[tuple[str, str]]:
         return [(title, expr) for title, expr in queries if not has_data(prometheus, expr)]
 
-    with SteadyTraffic(sidecar, rounds=otlp_requests):
+    with SteadyTraffic(sidecar, rounds=otlp_requests, version="1.4.0"):
         try:
             wait_until(lambda: dwell_reported(sidecar) and not empty(), timeout=60, every=0.5)
         except AssertionError:

@@ -152,6 +152,11 @@ def test_committed_dashboard_is_current_and_covers_every_guardrail() -> None:
     ):  # fmt: skip
         assert metric in queries, metric
     assert [v["name"] for v in dashboard["templating"]["list"]] == ["datasource", "job"]
+    (releases,) = dashboard["annotations"]["list"]  # on every panel: no panel filter
+    assert releases["name"] == "Releases"
+    assert "filter" not in releases
+    assert "rag_release_first_seen_timestamp_seconds" in releases["expr"]
+    assert "rag_release_info" in queries
     ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids))
     for panel in dashboard["panels"]:

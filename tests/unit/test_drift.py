@@ -601,4 +601,6 @@ def test_stop_returns_when_the_drift_worker_died(tmp_path: Path) -> None:
     assert sample(registry, "rag_drift_rejected_vectors_total", signal=SIGNAL, reason="queue_full")
     started = time.monotonic()
     detector.shutdown()
-    assert time.monotonic() - started < 1.0
+    # A stop that waited on the dead worker would take the drain deadline plus the join
+    # margin (10 s); the bound leaves room for a loaded machine.
+    assert time.monotonic() - started < 4.0

@@ -341,6 +341,30 @@ def test_tenant_from_rag_tenant_then_metadata_then_resource() -> None:
     assert trace.tenant == "o1"
 
 
+def test_release_attributes_come_from_the_request_resource() -> None:
+    """service.name, service.version and deployment.environment: bounded strings, else None."""
+    llm = span("c1", "a1", "LLM", 10, 90)
+    resource = {
+        "service.name": "rag-api",
+        "service.version": "2.3.1",
+        "deployment.environment": "prod",
+    }
+    trace = _built([_with(span("a1", None, "CHAIN", 1, 100), resource=resource), llm])
+    assert (trace.service_name, trace.service_version, trace.deployment_environment) == (
+        "rag-api",
+        "2.3.1",
+        "prod",
+    )
+    odd = {"service.name": "x" * 129, "service.version": 7, "deployment.environment": ""}
+    trace = _built([_with(span("a1", None, "CHAIN", 1, 100), resource=odd), llm])
+    assert (trace.service_name, trace.service_version, trace.deployment_environment) == (
+        None,
+        None,
+        None,
+    )
+    assert _built([span("a1", None, "CHAIN", 1, 100), llm]).service_version is None
+
+
 def test_first_token_event_names_are_configurable() -> None:
     """LlamaIndex's 'First Token Stream Event' counts by default; other names by config."""
     root = span("a1", None, "CHAIN", 1000, 2000)

@@ -44,6 +44,20 @@ def test_only_trace_id_is_required() -> None:
     assert trace.contexts == ()
 
 
+def test_release_attributes_are_read_from_the_record() -> None:
+    """service_name, service_version and deployment_environment are optional record fields."""
+    trace = parse_rag_trace(
+        _with(service_name="rag-api", service_version="2.3.1", deployment_environment="prod"),
+        "kafka",
+    )
+    assert (trace.service_name, trace.service_version, trace.deployment_environment) == (
+        "rag-api",
+        "2.3.1",
+        "prod",
+    )
+    assert parse_rag_trace(EXAMPLE, "kafka").service_version is None
+
+
 def _with(**changes: object) -> bytes:
     record = orjson.loads(EXAMPLE)
     record.update(changes)
@@ -69,11 +83,15 @@ def _with(**changes: object) -> bytes:
         (_with(contexts=[{"text": "no id"}]), "contexts.0.doc_id"),
         (_with(usage=[{"model": "m", "prompt_tokens": -5}]), "usage.0.prompt_tokens"),
         (_with(query_embedding=[]), "query_embedding"),
+        (_with(service_version="v" * 129), "service_version"),
+        (_with(service_name=""), "service_name"),
+        (_with(deployment_environment=3), "deployment_environment"),
     ],
     ids=[
         "garbage", "utf16-bom", "not-object", "wrong-schema", "empty-id", "non-hex-id",
         "stage-type", "negative-stage", "unknown-stage", "nan", "infinite", "list-type",
         "10k-documents", "context-without-id", "negative-tokens", "empty-embedding",
+        "long-version", "empty-service", "environment-type",
     ],
 )  # fmt: skip
 def test_invalid_records_are_refused_with_the_field(body: bytes, reason: str) -> None:

@@ -36,7 +36,10 @@ STABLE_ALERTS = {
     "RagMonitorStateNearFull",
     "RagMonitorTraceTooLarge",
 }
-DETECTORS = ["latency", "cost", "feedback", "faithfulness", "filter_exclusion", "drift", "review"]
+DETECTORS = [
+    "latency", "release", "cost", "feedback", "faithfulness", "filter_exclusion", "drift", "review",
+]  # fmt: skip
+WITHOUT_RULES = {"release"}  # its gauge feeds every guardrail alert's suspected_cause
 
 
 def tool(name: str) -> str:
@@ -83,7 +86,8 @@ def test_golden_rule_file_is_the_current_generator_output(tmp_path: Path) -> Non
 def test_promtool_unit_tests_pass(tmp_path: Path) -> None:
     """Every fragment's promtool unit tests pass against the assembled rule file."""
     test_files = [str(path) for path in write_promtool_suite(Config(), tmp_path)]
-    assert len(test_files) == len(DETECTORS) + 1  # one file per detector, one of the sidecar
+    # one file per detector with rules, one of the sidecar
+    assert len(test_files) == len(DETECTORS) - len(WITHOUT_RULES) + 1
     result = subprocess.run(
         [tool("promtool"), "test", "rules", *test_files],
         capture_output=True,
@@ -108,7 +112,7 @@ def test_promtool_tests_cover_every_alert_firing_and_silent() -> None:
 
 
 def test_rules_come_from_the_registered_components_in_order() -> None:
-    """The seven detectors are registered by order; their fragments precede the sidecar's own."""
+    """The eight detectors are registered by order; their fragments precede the sidecar's own."""
     assert [component.name for component in load_components()] == DETECTORS
     assert [owner for owner, _ in rule_fragments(Config())] == [*DETECTORS, "monitor"]
 
@@ -137,7 +141,11 @@ def test_every_design_alert_has_severity_and_annotations() -> None:
     for rule in alerts:
         assert rule["labels"]["severity"] in {"page", "ticket"}, rule["alert"]
         annotations = rule["annotations"]
-        assert set(annotations) == {"summary", "description", "runbook"}, rule["alert"]
+        triaged = not rule["alert"].startswith("RagMonitor")  # the sidecar's own: no cause
+        expected = {"summary", "description", "runbook"} | (
+            {"suspected_cause"} if triaged else set()
+        )
+        assert set(annotations) == expected, rule["alert"]
         assert all(annotations.values()), rule["alert"]
         assert annotations["runbook"] == f"README.md#{rule['alert'].lower()}"
 
@@ -178,6 +186,22 @@ def test_config_sets_thresholds_stages_and_for(tmp_path: Path) -> None:
     )
 
 
+def test_release_window_sets_the_suspected_cause_query() -> None:
+    """guardrails.release_window is the look-back of suspected_cause and of the restart-proof
+    first sight (min_over_time), in the annotation of every guardrail alert."""
+    config = Config.model_validate({"guardrails": {"release_window": "90m"}})
+    for rule in alerts_of(build_rules(config)):
+        cause = rule["annotations"].get("suspected_cause")
+        if cause is None:
+            continue
+        assert cause == (
+            '{{ if query "min by (service, version) '
+            '(min_over_time(rag_release_first_seen_timestamp_seconds[90m])) > time() - 5400" }}'
+            "regression{{ else }}drift{{ end }}"
+        ), rule["alert"]
+        assert "rag_release_first_seen_timestamp_seconds[90m]" in rule["annotations"]["description"]
+
+
 @pytest.mark.parametrize(
     ("key", "value", "problem"),
     [
@@ -189,8 +213,9 @@ def test_config_sets_thresholds_stages_and_for(tmp_path: Path) -> None:
         ),
         ("baseline", "week", "guardrails.baseline: Value error, 'week' is not a duration"),
         ("min_events", "0", "guardrails.min_events: Input should be greater than or equal to 1"),
+        ("release_window", "6 h", "guardrails.release_window: Value error, '6 h' is not a"),
     ],
-    ids=["window", "sample_window", "baseline", "min_events"],
+    ids=["window", "sample_window", "baseline", "min_events", "release_window"],
 )
 def test_bad_rule_settings_are_refused(key: str, value: str, problem: str) -> None:
     """Malformed windows or evidence counts are config errors naming the guardrails key."""

@@ -1,0 +1,36 @@
+"""The release detector's panels. It has no rules of its own: every guardrail alert reads
+its first-seen gauge for ``suspected_cause`` (``monitor.promql.triage``), and the
+dashboard marks releases as annotations (``alerts.dashboard``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from detectors.release.names import RELEASE_DROPPED_TOTAL, RELEASE_INFO
+from monitor.components import Panel, Row
+from monitor.config import GuardrailsConfig
+from monitor.promql import panel_gauge, panel_increase
+
+
+def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
+    """The versions each service runs, and the release series not exported."""
+    panels = [
+        Panel(
+            "Versions seen (service.version)",
+            [
+                (
+                    panel_gauge("max", RELEASE_INFO, "service, version, environment"),
+                    "{{service}} {{version}} {{environment}}",
+                )
+            ],
+            unit="none",
+            width=12,
+        ),
+        Panel(
+            "Release series not exported",
+            [(panel_increase(RELEASE_DROPPED_TOTAL, "reason"), "{{reason}}")],
+            unit="none",
+            width=12,
+        ),
+    ]
+    return [Row("Releases", panels)]
