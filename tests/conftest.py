@@ -34,6 +34,30 @@ from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tra
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Production text the shared test traffic sends (tests/otel_traffic.py and the conformance
+# apps ask and answer this): it must never reach a log line. Every test's captured output
+# and every sidecar process's log is searched for it; a hit fails the session.
+PRODUCTION_TEXT = ("what is the refund policy", "Refunds are possible within 30 days")
+_text_in_logs: dict[str, None] = {}  # ordered set: a report repeats earlier phases' output
+
+
+def find_production_text(where: str, text: str) -> None:
+    """Record ``where`` when ``text`` (log output) holds production text."""
+    _text_in_logs.update(
+        (f"{where}: {marker!r}", None) for marker in PRODUCTION_TEXT if marker in text
+    )
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for section, content in report.sections:
+        find_production_text(f"{report.nodeid} ({section})", content)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _text_in_logs:
+        sys.stderr.write("\nproduction text in log output:\n  " + "\n  ".join(_text_in_logs))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -230,6 +254,10 @@ def sidecar_process(tmp_path: Path) -> Iterator[Callable[..., SidecarProcess]]:
     yield make
     for process in processes:
         process.kill()
+        if process.log_path.exists():
+            find_production_text(
+                process.log_path.name, process.log_path.read_text(errors="replace")
+            )
 
 
 # --- OTLP request bodies ---------------------------------------------------------------------
