@@ -149,9 +149,12 @@ class TraceMapper:
             else None,
             probe_id=text(attrs.get("rag.probe_id")),
             metadata=metadata,
-            service_name=_release_attribute(request.resource, "service.name"),
-            service_version=_release_attribute(request.resource, "service.version"),
-            deployment_environment=_release_attribute(request.resource, "deployment.environment"),
+            variant=_label_value(attrs.get("rag.variant")),
+            pair_id=text(attrs.get("rag.pair_id")),
+            query_embedding_model=_embedding_model(embedding_span),
+            service_name=_label_value(request.resource.get("service.name")),
+            service_version=_label_value(request.resource.get("service.version")),
+            deployment_environment=_label_value(request.resource.get("deployment.environment")),
         )
 
     def _is_rag_request(self, kinds: Iterable[str], query: str | None) -> bool:
@@ -296,11 +299,22 @@ class _StageSpans:
         return found
 
 
-def _release_attribute(resource: Mapping[str, Any], key: str) -> str | None:
-    """A resource attribute that becomes a label value: a string of bounded length, else
-    nothing (a version of 10 kB is a producer's bug, not a release)."""
-    value = text(resource.get(key))
+def _label_value(value: Any) -> str | None:
+    """An attribute that becomes a label value: a string of bounded length, else nothing
+    (a version of 10 kB is a producer's bug, not a release)."""
+    value = text(value)
     return value if value is not None and len(value) <= MAX_RELEASE_ATTRIBUTE_LENGTH else None
+
+
+def _embedding_model(span: Span | None) -> str | None:
+    """The model of the query vector's span: OpenInference's ``embedding.model_name``, else
+    the GenAI conventions' ``gen_ai.request.model`` on an embeddings span."""
+    if span is None or _QUERY_VECTOR not in span.attributes:
+        return None
+    attributes = span.attributes
+    return _label_value(attributes.get("embedding.model_name")) or _label_value(
+        attributes.get("gen_ai.request.model")
+    )
 
 
 def _span_kind(span: Span) -> str:

@@ -150,6 +150,14 @@ class RagTrace:
     service_name: ReleaseAttribute | None = None
     service_version: ReleaseAttribute | None = None
     deployment_environment: ReleaseAttribute | None = None
+    # Shadow comparison (detectors/shadow): the pipeline variant that served or shadowed the
+    # request (``rag.variant``; detectors bound it to a configured allow-list) and the id a
+    # production request shares with its shadow twin (``rag.pair_id``).
+    variant: ReleaseAttribute | None = None
+    pair_id: Id | None = None
+    # The representation of ``query_embedding``: the embedding model that produced it. Vectors
+    # of different models share neither a basis nor, always, a dimension (detectors/drift).
+    query_embedding_model: ReleaseAttribute | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -365,6 +365,26 @@ def test_release_attributes_come_from_the_request_resource() -> None:
     assert _built([span("a1", None, "CHAIN", 1, 100), llm]).service_version is None
 
 
+def test_variant_pair_and_query_vector_model_are_mapped() -> None:
+    """rag.variant and rag.pair_id from any span; the query vector's model from its span's
+    embedding.model_name, else gen_ai.request.model; an overlong variant is dropped."""
+    llm = span("c1", "a1", "LLM", 10, 90)
+    root = span("a1", None, "CHAIN", 1, 100, **{"rag.variant": "shadow", "rag.pair_id": "p-1"})
+    vector = {"embedding.embeddings.0.embedding.vector": [0.1, 0.2]}
+    named = span("e1", "a1", "EMBEDDING", 2, 5, **vector, **{"embedding.model_name": "enc-v2"})
+    trace = _built([root, named, llm])
+    assert (trace.variant, trace.pair_id, trace.query_embedding_model) == (
+        "shadow",
+        "p-1",
+        "enc-v2",
+    )
+    genai = span("e1", "a1", "EMBEDDING", 2, 5, **vector, **{"gen_ai.request.model": "enc-v3"})
+    assert _built([root, genai, llm]).query_embedding_model == "enc-v3"
+    long_variant = span("a1", None, "CHAIN", 1, 100, **{"rag.variant": "v" * 129})
+    trace = _built([long_variant, span("e1", "a1", "EMBEDDING", 2, 5, **vector), llm])
+    assert (trace.variant, trace.pair_id, trace.query_embedding_model) == (None, None, None)
+
+
 def test_first_token_event_names_are_configurable() -> None:
     """LlamaIndex's 'First Token Stream Event' counts by default; other names by config."""
     root = span("a1", None, "CHAIN", 1000, 2000)
