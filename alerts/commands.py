@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from monitor.components import Command
@@ -14,11 +15,26 @@ def _rules_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubernetes", action="store_true", help="wrap them in a PrometheusRule object"
     )
+    # ``rules backtest``: an optional action, so plain ``rules`` still prints them.
+    actions = parser.add_subparsers(dest="rules_action", metavar="ACTION")
+    text = "replay the rules over a Prometheus's history or a simulated world"
+    backtest = actions.add_parser("backtest", help=text, description=text)
+    # SUPPRESS: an absent --config here must not hide one given before ``backtest``.
+    backtest.add_argument(
+        "--config", type=Path, default=argparse.SUPPRESS, help="YAML configuration"
+    )
+    from alerts.backtest_command import add_arguments
+
+    add_arguments(backtest)
 
 
 def _rules(args: argparse.Namespace, config: Any) -> int:
     from alerts.rules import render_rules
 
+    if args.rules_action == "backtest":
+        from alerts.backtest_command import run
+
+        return run(args, config)
     sys.stdout.write(render_rules(config, kubernetes=args.kubernetes))
     return 0
 

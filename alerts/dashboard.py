@@ -7,6 +7,8 @@ thresholds are drawn as constant series so that a panel shows the line it is
 judged against. Fleet-wide quantiles come from the histograms (summed over
 replicas); the per-replica window gauges are shown beside them. Releases (a new
 ``service.version``, from the release detector) are annotations on every panel.
+Guardrail panels show the ``$variant`` chosen (production by default); panels of
+recording rules show production, the only traffic the rules count.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from typing import Any
 
 from alerts import health
 from alerts.rules import component_section
-from monitor.components import DetectorComponent, Panel, Row, load_components
+from monitor.components import Annotation, DetectorComponent, Panel, Row, load_components
 from monitor.config import Config
-from monitor.promql import JOB, RELEASE_FIRST_SEEN, REQUESTS_TOTAL
+from monitor.promql import JOB, PRODUCTION_VARIANT, RELEASE_FIRST_SEEN, REQUESTS_TOTAL
 
 UID = "rag-monitor"
 SCHEMA_VERSION = 39
@@ -46,6 +48,42 @@ def release_annotation(datasource: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def row_annotation(annotation: Annotation, datasource: dict[str, str]) -> dict[str, Any]:
+    """A component's annotation (``Row.annotations``) as a Grafana annotation query."""
+    return {
+        "name": annotation.name,
+        "enable": True,
+        "hide": False,
+        "iconColor": annotation.colour,
+        "datasource": datasource,
+        "expr": annotation.expr,
+        "step": "1m",
+        "titleFormat": annotation.title,
+        "tagKeys": annotation.tags,
+        "textFormat": annotation.text,
+    }
+
+
+def variant_variable(datasource: dict[str, str]) -> dict[str, Any]:
+    """The ``$variant`` the guardrail panels show: production by default, so shadow and
+    canary traffic are looked at on purpose (the alerting rules read production only)."""
+    definition = f"label_values({REQUESTS_TOTAL}, variant)"
+    return {
+        "name": "variant",
+        "label": "Variant",
+        "type": "query",
+        "datasource": datasource,
+        "query": {"query": definition, "refId": "variant"},
+        "definition": definition,
+        "refresh": 2,
+        "includeAll": True,
+        "multi": True,
+        "allValue": ".*",
+        "current": {"text": PRODUCTION_VARIANT, "value": PRODUCTION_VARIANT},
+        "hide": 0,
+    }
+
+
 def dashboard_rows(
     config: Config, components: Sequence[DetectorComponent] | None = None
 ) -> list[Row]:
@@ -67,7 +105,8 @@ def build_dashboard(
     datasource = {"type": "prometheus", "uid": "${datasource}"}
     panels: list[dict[str, Any]] = []
     y = 0
-    for row in dashboard_rows(config, components):
+    rows = dashboard_rows(config, components)
+    for row in rows:
         panels.append(
             {
                 "type": "row",
@@ -120,9 +159,15 @@ def build_dashboard(
                     "current": {"text": "All", "value": "$__all"},
                     "hide": 0,
                 },
+                variant_variable(datasource),
             ]
         },
-        "annotations": {"list": [release_annotation(datasource)]},
+        "annotations": {
+            "list": [
+                release_annotation(datasource),
+                *(row_annotation(a, datasource) for row in rows for a in row.annotations),
+            ]
+        },
         "panels": panels,
     }
 

@@ -200,9 +200,10 @@ class TraceMapper:
         return plain or first_pointer(document, pointers)
 
     def _context(self, doc: Mapping[str, Any]) -> Context:
-        metadata = json_object(doc.get("metadata"))
+        raw = doc.get("metadata")
+        metadata = json_object(raw)
         span_id = str(doc["id"])
-        source_id = self._source_id(metadata)
+        source_id = self._source_id(metadata) if self._may_name_source(raw) else None
         return Context(
             doc_id=source_id or span_id,
             chunk_id=span_id if source_id is not None else text(metadata.get("chunk_id")),
@@ -215,9 +216,14 @@ class TraceMapper:
     def _doc_id(self, doc: Mapping[str, Any]) -> str:
         """The source document id of a retrieved document, without building its context."""
         raw = doc.get("metadata")
-        if isinstance(raw, str) and self._names_doc_id(raw) is None:
+        if not self._may_name_source(raw):
             return str(doc["id"])
         return self._source_id(json_object(raw)) or str(doc["id"])
+
+    def _may_name_source(self, raw: Any) -> bool:
+        """False for metadata JSON text that names none of ``doc_id_keys`` (most metadata):
+        one search of the text instead of a lookup per key."""
+        return not isinstance(raw, str) or self._names_doc_id(raw) is not None
 
     def _source_id(self, metadata: Mapping[str, Any]) -> str | None:
         """The first ``doc_id_keys`` value in the parsed metadata."""

@@ -36,8 +36,13 @@ def documents(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]
     for key, value in attributes.items():
         # One cached lookup per name instead of a prefix test and a lookup.
         document = DOCUMENT_KEYS[key]
-        if document is not None and document[0] == prefix and document[2]:
-            fields.setdefault(document[1], {})[document[2]] = value
+        if document is not None:
+            of, index, name = document
+            if name and of == prefix:
+                if index in fields:  # no empty dict built for every field, as setdefault would
+                    fields[index][name] = value
+                else:
+                    fields[index] = {name: value}
     return [fields[index] for index in sorted(fields)]
 
 

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from monitor.detector import Detector
-from monitor.pipeline import Consumer, Events, TraceAssembly
+from monitor.pipeline import PIPELINE_THREAD, Consumer, Events, TraceAssembly
 from monitor.trace import Event
 
 ENTRY_POINT_GROUP = "rag_monitor.detectors"
@@ -43,8 +43,9 @@ class EventHook:
     ``internal``. Bound by the sidecar once the pipeline exists; before that, and when the
     queue stays full for ``EMIT_TIMEOUT_S``, the event is dropped and False returned.
 
-    Call it from a detector's own worker or a server thread, never from ``observe``: the
-    pipeline thread would wait on its own queue.
+    Called on the pipeline thread itself (from ``observe`` or ``observe_event``), the event
+    is queued only if there is room at once: that thread is the queue's only consumer, so
+    waiting there would stall every trace behind it.
     """
 
     def __init__(self) -> None:
@@ -60,7 +61,9 @@ class EventHook:
             consumer = self._consumer
         if consumer is None:
             return False
-        if consumer.submit(Events((event,), "internal"), timeout=EMIT_TIMEOUT_S):
+        on_pipeline = threading.current_thread().name == PIPELINE_THREAD
+        timeout = 0.0 if on_pipeline else EMIT_TIMEOUT_S
+        if consumer.submit(Events((event,), "internal"), timeout=timeout):
             return True
         consumer.metrics.count_record("internal", "skipped")
         return False
@@ -108,11 +111,24 @@ class Panel:
 
 
 @dataclass
+class Annotation:
+    """A dashboard annotation: a PromQL query whose series mark events on every panel."""
+
+    name: str
+    expr: str
+    title: str  # Grafana's titleFormat, may use {{label}}
+    text: str
+    tags: str  # comma-separated label names
+    colour: str = "orange"
+
+
+@dataclass
 class Row:
-    """A dashboard row of panels."""
+    """A dashboard row of panels, and the annotations its component adds to the dashboard."""
 
     title: str
     panels: list[Panel]
+    annotations: list[Annotation] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -123,6 +139,9 @@ class RuleFragment:
     recording: list[dict[str, Any]] = field(default_factory=list)
     alerting: list[dict[str, Any]] = field(default_factory=list)
     promtool_tests: list[Path] = field(default_factory=list)
+    # What the rules derived from the guardrails (bounds, factors), written as comments
+    # at the head of the generated rule file.
+    derivations: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

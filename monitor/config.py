@@ -29,10 +29,11 @@ from pydantic import (
 from pydantic_core import CoreSchema
 
 from monitor.components import load_components
-from monitor.durations import Duration
+from monitor.guardrails import GuardrailsConfig as GuardrailsConfig  # noqa: PLC0414 (re-exported)
 from monitor.kafka_config import KafkaConfig
 from monitor.section import Section
 from monitor.state import DEFAULT_STATE_MAX_BYTES
+from monitor.variants import DEFAULT_VARIANTS, MAX_VARIANTS, VariantList
 
 ENV_PREFIX = "RAG_MONITOR_"
 
@@ -104,6 +105,13 @@ class ServiceConfig(Section):
         description="byte budget of everything in state_dir (1 GiB): past 85% of it the drift "
         "store deletes its oldest samples, then references, then tests; "
         "rag_monitor_state_bytes and the RagMonitorStateNearFull alert (90%) watch it",
+    )
+    variants: VariantList = Field(
+        default_factory=lambda: list(DEFAULT_VARIANTS),
+        max_length=MAX_VARIANTS,
+        description="allowed rag.variant values (the variant label of every guardrail series); "
+        "production is implied and is the variant of a trace without rag.variant; others are "
+        "exported as other and counted in rag_variant_folded_total",
     )
 
 
@@ -236,36 +244,6 @@ class _AssembledDetectors:
         return handler.generate_schema(detectors_model())
 
 
-class GuardrailsConfig(Section):
-    faithfulness_min: float = Field(
-        0.85, ge=0, le=1, description="share of sampled answers at or above threshold"
-    )
-    latency_p95_slo_s: dict[str, float] = Field(
-        default_factory=lambda: {"total": 1.5}, description="p95 SLO in seconds per stage"
-    )
-    false_exclusion_max: float = Field(0.02, ge=0, le=1, description="false-exclusion ratio")
-    regeneration_band_sigma: float = Field(3.0, gt=0, description="control band width in sd")
-    cost_per_query_max_usd: float = Field(0.02, gt=0, description="budget per query")
-    for_: Duration = Field("10m", alias="for", description="how long a breach lasts")
-    window: Duration = Field(
-        "5m", description="rate window of every rule except the sampled ratios (sample_window)"
-    )
-    sample_window: Duration = Field(
-        "1h", description="rate window of the sampled faithfulness and false-exclusion ratios"
-    )
-    baseline: Duration = Field("7d", description="history of the regeneration control band")
-    release_window: Duration = Field(
-        "6h",
-        description="an alert within this long after a new service.version was first seen "
-        "has suspected_cause regression, else drift",
-    )
-    min_events: int = Field(
-        20, ge=1, description="denominator events a window needs before a ratio alert may fire"
-    )
-    job: str = Field("rag-monitor", description="Prometheus job scraping the sidecar")
-    runbook_base: str = Field("README.md", description="document or URL of the runbook anchors")
-
-
 class Config(Section):
     # The ``detectors`` schema needs the registered components: build it on first
     # use, not at import, so that a component may import this module.
@@ -359,4 +337,7 @@ def explain(defaults: BaseModel | None = None, prefix: str = "") -> Iterator[str
             yield f"{key}:  # {field.description}"
             yield from explain(value, key + ".")
         else:
+            if isinstance(value, dict) and any(isinstance(v, BaseModel) for v in value.values()):
+                # a map of sections (guardrails.latency_slo) reads as the YAML it came from
+                value = {k: v.model_dump(by_alias=True) for k, v in value.items()}
             yield f"{key}: {value!r}  # {field.description}"

@@ -22,9 +22,13 @@ from prometheus_client import CollectorRegistry
 
 from monitor.config import Config
 from monitor.demo_service import (
+    ALL_DOCUMENT_TYPES,
     DEFAULT_CYCLE_S,
+    INTENTS,
     PROBES_PER_TENANT,
     RATE_PER_S,
+    RELEASES,
+    SHADOW_SHARE,
     TENANTS,
     Incident,
     SyntheticRagService,
@@ -39,7 +43,8 @@ SUMMARY_EVERY_S = 10.0
 
 def with_demo_settings(config: Config) -> Config:
     """The demo's golden set (unless the config names one), drift windows sized to its
-    20 requests/s, so that the incidents show within minutes, and the review queue on."""
+    20 requests/s, so that the incidents show within minutes, the review queue on, and
+    its intents and document types sliced (unless the config names intents)."""
     detectors = config.detectors
     filter_exclusion = detectors.filter_exclusion
     if filter_exclusion.golden_set is None:
@@ -58,7 +63,20 @@ def with_demo_settings(config: Config) -> Config:
     # The review loop on (README "Human review"): the demo's text is synthetic, and a
     # larger random share fills the queue within a minute at 20 requests/s.
     review = detectors.review.model_copy(update={"enabled": True, "random_rate": 0.05})
-    update = {"filter_exclusion": filter_exclusion, "drift": drift, "review": review}
+    slices = detectors.slices
+    if not slices.intents:
+        slices = slices.model_copy(
+            update={"intents": list(INTENTS), "document_types": list(ALL_DOCUMENT_TYPES)}
+        )
+    # The demo's shadow twins are paired (README "Shadow comparison").
+    shadow = detectors.shadow.model_copy(update={"enabled": True})
+    update = {
+        "filter_exclusion": filter_exclusion,
+        "drift": drift,
+        "review": review,
+        "slices": slices,
+        "shadow": shadow,
+    }
     return config.model_copy(update={"detectors": detectors.model_copy(update=update)})
 
 
@@ -122,12 +140,11 @@ class Summarizer:
         return Snapshot(requests, per_s, recorded, guardrails)
 
 
-def _table(snapshot: Snapshot, incident: Incident | None) -> Any:
+def _table(snapshot: Snapshot, incident: Incident | None, version: str) -> Any:
     from rich.table import Table
 
-    table = Table(
-        title="rag-monitor demo", caption=f"incident: {incident.name if incident else 'none'}"
-    )
+    caption = f"incident: {incident.name if incident else 'none'}; release: {version}"
+    table = Table(title="rag-monitor demo", caption=caption)
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("requests", f"{snapshot.requests:.0f} ({snapshot.requests_per_s:.1f}/s)")
@@ -168,6 +185,8 @@ def run_demo(
         metrics=f"http://{config.service.metrics.host}:{sidecar.metrics_server.port}/metrics",
         rate_per_s=RATE_PER_S,
         duration_s=duration_s,
+        releases=f"{RELEASES[0]} -> {RELEASES[1]} when the latency incident starts",
+        shadow_share=SHADOW_SHARE,
     )
     summarizer = Summarizer(sidecar.registry, build_rules(config))
     deadline = time.monotonic() + duration_s if duration_s else float("inf")
@@ -177,7 +196,7 @@ def run_demo(
     finally:
         service.shutdown()
         sidecar.shutdown()
-    log.info("demo_stopped", sent=service.sent)
+    log.info("demo_stopped", sent=service.sent, shadow_sent=service.shadow_sent)
     return 0
 
 
@@ -191,7 +210,7 @@ def _views(
         with Live(refresh_per_second=2) as live:
             while not stop.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
                 snapshot = summarizer.snapshot()
-                live.update(_table(snapshot, service.current_incident()))
+                live.update(_table(snapshot, service.current_incident(), service.current_version()))
                 yield snapshot
                 if time.monotonic() >= deadline:
                     return
@@ -205,6 +224,7 @@ def _views(
             requests_per_s=round(snapshot.requests_per_s, 2),
             recorded={series: round(value, 6) for series, value in snapshot.recorded.items()},
             incident=incident.name if incident else None,
+            release=service.current_version(),
             guardrails=snapshot.guardrails,
         )
         yield snapshot

@@ -4,6 +4,7 @@ review loop samples on (thumbs-down feedback, "are you sure?" follow-ups)."""
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import random
@@ -11,7 +12,7 @@ import threading
 import time
 import urllib.parse
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -30,6 +31,26 @@ GENERATORS = (
 EMBEDDER = ("text-embedding-3-small", "openai")
 TENANTS = ("acme", "globex", "initech")
 INTENTS = ("billing", "shipping", "returns", "account")
+PDF, HTML, MARKDOWN = "application/pdf", "text/html", "text/markdown"
+ALL_DOCUMENT_TYPES = (PDF, HTML, MARKDOWN)
+# The corpus answers each intent from some document types only: returns never from the
+# markdown handbook, an empty cell of the coverage matrix (detectors/slices).
+DOCUMENT_TYPES = {
+    "billing": (PDF, HTML),
+    "shipping": (HTML, MARKDOWN),
+    "returns": (PDF, HTML),
+    "account": (HTML, MARKDOWN, PDF),
+}
+# The scripted release (README "Releases and triage"): the service runs RELEASES[0] and
+# switches to RELEASES[1] when the first latency incident starts.
+SERVICE = "demo-rag"
+RELEASES = ("1.4.0", "1.5.0")
+# Shadow comparison (detectors/shadow): a share of requests also runs on the candidate
+# pipeline as a shadow twin (rag.variant=shadow, the same rag.pair_id), which is slower
+# in generate and on some probes filters out the gold document.
+SHADOW_SHARE = 0.2
+SHADOW_GENERATE_S = 0.12
+SHADOW_GOLD_DROP_SHARE = 0.3
 LOCALES = ("en-US", "en-GB", "de-DE", "fr-FR")
 DIMENSIONS = 16
 # A tenth of the requests replay golden-set probes, so that the false-exclusion
@@ -61,13 +82,41 @@ TIMELINE = (
 )
 
 
+LATENCY_INCIDENT = TIMELINE[0]
+
+
 def incident_at(elapsed: float, cycle_s: float) -> Incident | None:
     share = (elapsed % cycle_s) / cycle_s
     return next((i for i in TIMELINE if i.start <= share < i.end), None)
 
 
+@dataclass
+class DemoRequest:
+    """The random draws of one request, sent as it is or as its shadow twin."""
+
+    tenant: str
+    intent: str
+    session: str
+    query: str
+    model: str
+    provider: str
+    stages: dict[str, float]  # embed, retrieve, rerank, generate: seconds
+    prompt_tokens: int
+    completion_tokens: int
+    documents: list[str]  # the top 5 before filtering; a probe's gold first
+    document_types: list[str]
+    probe: str | None
+    locale: str
+    excluded: list[str]  # removed by the relevance filter
+    vector: list[float]
+    attributes: dict[str, str] = field(default_factory=dict)  # variant and pair id
+
+
 class SyntheticRagService:
-    """Emits RAG requests as OpenInference spans at ``rate`` per second."""
+    """Emits RAG requests as OpenInference spans at ``rate`` per second, from
+    ``service.version`` ``RELEASES[0]`` until the first latency incident starts and
+    ``RELEASES[1]`` from then on (the release that "caused" it), with a shadow twin for
+    ``SHADOW_SHARE`` of them."""
 
     def __init__(self, endpoint: str, cycle_s: float, rate: float = RATE_PER_S, seed: int = 7):
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -75,11 +124,22 @@ class SyntheticRagService:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        self._provider = TracerProvider(resource=Resource.create({"service.name": "demo-rag"}))
-        self._provider.add_span_processor(
-            BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint), schedule_delay_millis=250)
-        )
-        self._tracer = self._provider.get_tracer("rag-monitor-demo")
+        # service.version is a resource attribute: one provider (and exporter) per release.
+        self._providers = {}
+        for version in RELEASES:
+            resource = Resource.create(
+                {
+                    "service.name": SERVICE,
+                    "service.version": version,
+                    "deployment.environment": "demo",
+                }
+            )
+            provider = TracerProvider(resource=resource)
+            provider.add_span_processor(
+                BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint), schedule_delay_millis=250)
+            )
+            self._providers[version] = provider
+        self._tracers = {v: p.get_tracer("rag-monitor-demo") for v, p in self._providers.items()}
         self._cycle_s = cycle_s
         self._rate = rate
         self._random = random.Random(seed)
@@ -91,6 +151,7 @@ class SyntheticRagService:
         self._thread = threading.Thread(target=self._run, name="demo-service", daemon=True)
         self._started = time.monotonic()
         self.sent = 0
+        self.shadow_sent = 0
 
     def start(self) -> None:
         self._started = time.monotonic()
@@ -100,10 +161,15 @@ class SyntheticRagService:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
-        self._provider.shutdown()  # flushes the exporter
+        for provider in self._providers.values():
+            provider.shutdown()  # flushes the exporter
 
     def current_incident(self) -> Incident | None:
         return incident_at(time.monotonic() - self._started, self._cycle_s)
+
+    def current_version(self) -> str:
+        """The release serving now: the new one from the first latency incident on."""
+        return release_at(time.monotonic() - self._started, self._cycle_s)
 
     def _run(self) -> None:
         interval = 1.0 / self._rate
@@ -115,80 +181,57 @@ class SyntheticRagService:
             self._stop.wait(max(0.0, next_at - time.monotonic()))
 
     def _emit(self, incident: Incident | None) -> None:
-        from opentelemetry.trace import set_span_in_context
-
         rng = self._random
-        name = incident.name if incident else ""
+        tracer = self._tracers[self.current_version()]
+        request = self._draw(rng, incident.name if incident else "")
+        twin = rng.random() < SHADOW_SHARE
+        if twin:
+            request.attributes["rag.pair_id"] = format(rng.getrandbits(64), "016x")
+        trace_id = _send(tracer, request)
+        if twin:
+            _send(tracer, shadow_of(request, rng))
+            self.shadow_sent += 1
+        self._react(rng, trace_id)
+
+    def _draw(self, rng: random.Random, name: str) -> DemoRequest:
+        """One request's draws under the incident ``name`` (empty: none)."""
         tenant = rng.choice(TENANTS)
         intent = rng.choice(INTENTS)
         session, query = self._next_query(rng, intent)
         model, provider = _weighted(rng, GENERATORS)
         if name.startswith("cost"):  # long prompts routed to the large model
             model, provider = "gpt-4o", "openai"
-        now = time.time_ns()
-        embed_s = rng.lognormvariate(-4.5, 0.3)
-        retrieve_s = rng.lognormvariate(-2.7, 0.4)
-        rerank_s = rng.lognormvariate(-3.2, 0.3)
-        generate_s = rng.lognormvariate(-0.6, 0.35) * (4.0 if name.startswith("slow") else 1.0)
-        prompt_tokens = int(rng.uniform(600, 1500) * (20 if name.startswith("cost") else 1))
-        completion_tokens = int(rng.uniform(60, 300))
+        slow = 4.0 if name.startswith("slow") else 1.0
+        stages = {
+            "embed": rng.lognormvariate(-4.5, 0.3),
+            "retrieve": rng.lognormvariate(-2.7, 0.4),
+            "rerank": rng.lognormvariate(-3.2, 0.3),
+            "generate": rng.lognormvariate(-0.6, 0.35) * slow,
+        }
         documents = [f"{tenant}-doc-{rng.randrange(200)}" for _ in range(5)]
         probe = None
         if rng.random() < PROBE_SHARE:
             probe, documents[0] = probe_and_gold(tenant, rng.randrange(PROBES_PER_TENANT))
-        locale = "en-US" if name.startswith("bad locale") else rng.choice(LOCALES)
-        # The bad predicate drops the top document (a probe's gold) with another one.
-        excluded = [documents[0], documents[4]] if name.startswith("bad locale") else []
-        retrieved = [d for d in documents if d not in excluded]
+        bad_locale = name.startswith("bad locale")
         shift = 1.5 if name.startswith("query-mix") else 0.0
-        vector = [rng.gauss(shift if i < 4 else 0.0, 1.0) for i in range(DIMENSIONS)]
-
-        total_s = embed_s + retrieve_s + rerank_s + generate_s
-        root = self._tracer.start_span(
-            "rag.request",
-            start_time=now,
-            attributes={
-                "openinference.span.kind": "CHAIN",
-                "input.value": query,
-                "output.value": "synthetic answer",
-                "rag.tenant": tenant,
-                "rag.intent": intent,
-                "session.id": session,
-                **({"rag.probe_id": probe} if probe else {}),
-            },
+        return DemoRequest(
+            tenant=tenant,
+            intent=intent,
+            session=session,
+            query=query,
+            model=model,
+            provider=provider,
+            stages=stages,
+            prompt_tokens=int(rng.uniform(600, 1500) * (20 if name.startswith("cost") else 1)),
+            completion_tokens=int(rng.uniform(60, 300)),
+            documents=documents,
+            document_types=[rng.choice(DOCUMENT_TYPES[intent]) for _ in documents],
+            probe=probe,
+            locale="en-US" if bad_locale else rng.choice(LOCALES),
+            # The bad predicate drops the top document (a probe's gold) with another one.
+            excluded=[documents[0], documents[4]] if bad_locale else [],
+            vector=[rng.gauss(shift if i < 4 else 0.0, 1.0) for i in range(DIMENSIONS)],
         )
-        context = set_span_in_context(root)
-        t = now
-        stages: tuple[tuple[str, float, dict[str, Any]], ...] = (
-            ("embed", embed_s, {
-                "openinference.span.kind": "EMBEDDING", "embedding.model_name": EMBEDDER[0],
-                "llm.provider": EMBEDDER[1], "llm.token_count.prompt": rng.randint(8, 40),
-                "embedding.embeddings.0.embedding.vector": vector,
-            }),
-            ("retrieve", retrieve_s, {
-                "openinference.span.kind": "RETRIEVER",
-                "rag.filter.predicate": f"locale = '{locale}'",
-                "rag.filter.relevance_excluded": excluded,
-                **_documents("retrieval.documents", retrieved, tenant, locale),
-            }),
-            ("rerank", rerank_s, {
-                "openinference.span.kind": "RERANKER",
-                **_documents("reranker.output_documents", retrieved[:3], tenant, locale),
-            }),
-            ("generate", generate_s, {
-                "openinference.span.kind": "LLM", "llm.model_name": model,
-                "llm.provider": provider, "llm.token_count.prompt": prompt_tokens,
-                "llm.token_count.completion": completion_tokens,
-            }),
-        )  # fmt: skip
-        for stage, seconds, attributes in stages:
-            span = self._tracer.start_span(
-                stage, context=context, start_time=t, attributes=attributes
-            )
-            span.end(end_time=t + int(seconds * 1e9))
-            t += int(seconds * 1e9)
-        root.end(end_time=now + int(total_s * 1e9))
-        self._react(rng, format(root.get_span_context().trace_id, "032x"))
 
     def _react(self, rng: random.Random, trace_id: str) -> None:
         """Now and then a thumbs-down, sent once the trace has been exported and assembled
@@ -233,12 +276,88 @@ def _weighted(rng: random.Random, choices: tuple[tuple[str, str, float], ...]) -
     return model, provider
 
 
-def _documents(prefix: str, doc_ids: list[str], tenant: str, locale: str) -> dict[str, Any]:
+def _documents(
+    prefix: str, doc_ids: list[str], types: dict[str, str], *, tenant: str, locale: str
+) -> dict[str, Any]:
     attributes: dict[str, Any] = {}
     for index, doc_id in enumerate(doc_ids):
         base = f"{prefix}.{index}.document"
         attributes[f"{base}.id"] = doc_id
         attributes[f"{base}.content"] = f"synthetic passage {doc_id}"
         attributes[f"{base}.score"] = round(0.9 - 0.1 * index, 3)
-        attributes[f"{base}.metadata"] = json.dumps({"tenant": tenant, "locale": locale})
+        # file_type as LlamaIndex's readers set it (detectors.slices.document_type_key)
+        metadata = {"tenant": tenant, "locale": locale, "file_type": types[doc_id]}
+        attributes[f"{base}.metadata"] = json.dumps(metadata)
     return attributes
+
+
+def release_at(elapsed: float, cycle_s: float) -> str:
+    """The demo's release: the old one until the first latency incident of the first
+    cycle starts, then the new one for good (the release an operator would suspect)."""
+    return RELEASES[1] if elapsed >= LATENCY_INCIDENT.start * cycle_s else RELEASES[0]
+
+
+def shadow_of(request: DemoRequest, rng: random.Random) -> DemoRequest:
+    """The candidate pipeline's twin of ``request``: never served, a bit slower to generate,
+    and on a share of probes its filter drops the gold document."""
+    stages = {**request.stages, "generate": request.stages["generate"] + SHADOW_GENERATE_S}
+    excluded = list(request.excluded)
+    gold = request.documents[0]
+    if request.probe and gold not in excluded and rng.random() < SHADOW_GOLD_DROP_SHARE:
+        excluded.append(gold)
+    attributes = {**request.attributes, "rag.variant": "shadow"}
+    return replace(request, stages=stages, excluded=excluded, attributes=attributes)
+
+
+def _send(tracer: Any, request: DemoRequest) -> str:
+    """Emit ``request`` as a CHAIN root with its four stages; returns the trace id."""
+    from opentelemetry.trace import set_span_in_context
+
+    now = time.time_ns()
+    retrieved = [d for d in request.documents if d not in request.excluded]
+    types = dict(zip(request.documents, request.document_types, strict=True))
+    root = tracer.start_span(
+        "rag.request",
+        start_time=now,
+        attributes={
+            "openinference.span.kind": "CHAIN",
+            "input.value": request.query,
+            "output.value": "synthetic answer",
+            "rag.tenant": request.tenant,
+            "rag.intent": request.intent,
+            "session.id": request.session,
+            **({"rag.probe_id": request.probe} if request.probe else {}),
+            **request.attributes,
+        },
+    )
+    context = set_span_in_context(root)
+    documents = functools.partial(_documents, tenant=request.tenant, locale=request.locale)
+    stages: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("embed", {
+            "openinference.span.kind": "EMBEDDING", "embedding.model_name": EMBEDDER[0],
+            "llm.provider": EMBEDDER[1], "llm.token_count.prompt": 8 + len(request.query) // 4,
+            "embedding.embeddings.0.embedding.vector": request.vector,
+        }),
+        ("retrieve", {
+            "openinference.span.kind": "RETRIEVER",
+            "rag.filter.predicate": f"locale = '{request.locale}'",
+            "rag.filter.relevance_excluded": request.excluded,
+            **documents("retrieval.documents", retrieved, types),
+        }),
+        ("rerank", {
+            "openinference.span.kind": "RERANKER",
+            **documents("reranker.output_documents", retrieved[:3], types),
+        }),
+        ("generate", {
+            "openinference.span.kind": "LLM", "llm.model_name": request.model,
+            "llm.provider": request.provider, "llm.token_count.prompt": request.prompt_tokens,
+            "llm.token_count.completion": request.completion_tokens,
+        }),
+    )  # fmt: skip
+    t = now
+    for stage, attributes in stages:
+        span = tracer.start_span(stage, context=context, start_time=t, attributes=attributes)
+        t += int(request.stages[stage] * 1e9)
+        span.end(end_time=t)
+    root.end(end_time=t)
+    return format(root.get_span_context().trace_id, "032x")

@@ -11,9 +11,10 @@ collectors count only what they refuse (invalid, dead_lettered).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
@@ -22,7 +23,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from monitor.detector import Detector
 from monitor.metrics import queue_depth
-from monitor.trace import Event, Feedback, JudgeScore, RagTrace, Source
+from monitor.trace import Event, ExclusionOutcome, Feedback, JudgeScore, RagTrace, Source
+from monitor.variants import DEFAULT_VARIANTS, ByVariant, VariantFolding
 from monitor.worker import Worker
 
 log = structlog.get_logger("rag_monitor.pipeline")
@@ -139,13 +141,22 @@ WorkItem = SpanBatch | WholeTrace | Events
 class PipelineMetrics:
     """The sidecar's own counters, shared by the collectors and the pipeline."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, variants: Collection[str] = DEFAULT_VARIANTS
+    ) -> None:
         self.registry = registry  # the pipeline's worker reports to its supervisor
+        self.variants = VariantFolding(variants, registry)
         requests = Counter(
-            "rag_requests_total", "RAG requests seen, by source.", ["source"], registry=registry
+            "rag_requests_total",
+            "RAG requests seen, by source and variant (service.variants).",
+            ["source", "variant"],
+            registry=registry,
         )
         # Children bound once: a labels() lookup per trace shows in the ingest profile.
-        self.requests = {source: requests.labels(source) for source in get_args(Source)}
+        self.requests = {
+            source: ByVariant(functools.partial(requests.labels, source))
+            for source in get_args(Source)
+        }
         self.records = Counter(
             "rag_monitor_records_total",
             "Records (OTLP requests, Kafka records) by collector and outcome.",
@@ -189,7 +200,7 @@ class PipelineMetrics:
         )
         self.events = Counter(
             "rag_monitor_events_total",
-            "Label, feedback and judge-score events handed to the detectors.",
+            "Label, feedback, judge-score and exclusion-outcome events handed to the detectors.",
             ["type"],
             registry=registry,
         )
@@ -211,9 +222,16 @@ class PipelineMetrics:
         self.records.labels(collector, outcome).inc()
 
 
+# The pipeline worker's name, also its thread's: an event emitted on that thread must not
+# wait for room in the queue it alone empties (``monitor.components.EventHook``).
+PIPELINE_THREAD = "pipeline"
+
+
 def _event_type(event: Event) -> str:
     if isinstance(event, Feedback):
         return "feedback"
+    if isinstance(event, ExclusionOutcome):
+        return "exclusion_outcome"
     return "judge_score" if isinstance(event, JudgeScore) else "label"
 
 
@@ -244,7 +262,7 @@ class Pipeline:
         self._clock = clock
         self._failing: set[str] = set()
         self._worker: Worker[WorkItem] = Worker(
-            "pipeline",
+            PIPELINE_THREAD,
             handle=self._handle_batch,
             queue_size=queue_size,
             tick_s=_TICK_S,
@@ -333,7 +351,9 @@ class Pipeline:
                 ticket.release()
 
     def _process(self, trace: RagTrace) -> None:
-        self.metrics.requests[trace.source].inc()
+        # Folded once here, so that every detector's variant label stays in service.variants.
+        trace = self.metrics.variants.fold(trace)
+        self.metrics.requests[trace.source].of(trace).inc()
         for detector in self._detectors:
             self._guarded(detector, detector.observe, trace)
 

@@ -25,7 +25,29 @@ REQUESTS_TOTAL = "rag_requests_total"
 # alert's triage annotation reads it: when a replica first saw a service.version.
 RELEASE_FIRST_SEEN = "rag_release_first_seen_timestamp_seconds"
 
+# The variant of the traffic users are served (monitor.variants.PRODUCTION); guardrails
+# judge only it, so shadow or canary traffic never fires a production alert.
+PRODUCTION_VARIANT = "production"
+
 # --- rule expressions -------------------------------------------------------------------
+
+
+def production(selector: str) -> str:
+    """``selector`` (``name`` or ``name{...}``) restricted to production traffic: every
+    guardrail rule reads its series through this one function."""
+    matcher = f'variant="{PRODUCTION_VARIANT}"'
+    if selector.endswith("}"):
+        return f"{selector[:-1]}, {matcher}}}"
+    return f"{selector}{{{matcher}}}"
+
+
+def recorded_value(record: str, by: tuple[str, ...], format_: str) -> str:
+    """An alert-description template showing ``record``'s value for the alert's labels
+    ``by``: the count or bound a firing rests on, read at the evaluation."""
+    matchers = ", ".join(f"{label}=%q" for label in by)
+    arguments = " ".join(f"$labels.{label}" for label in by)
+    query = f'(printf "{record}{{{matchers}}}" {arguments})'
+    return f"{{{{ range query {query} }}}}{{{{ .Value | {format_} }}}}{{{{ end }}}}"
 
 
 def sum_rate(selector: str, window: str, by: str = "job") -> str:
@@ -116,17 +138,23 @@ def alert(
 # --- panel expressions ------------------------------------------------------------------
 
 JOB = 'job=~"$job"'
+# The dashboard's variant variable (default production): guardrail panels show one pipeline.
+VARIANT = 'variant=~"$variant"'
 RATE = "$__rate_interval"
 
 
-def panel_rate(metric: str, selector: str = "", by: str = "") -> str:
-    labels = f"{JOB}, {selector}" if selector else JOB
+def panel_rate(metric: str, selector: str = "", by: str = "", *, guardrail: bool = False) -> str:
+    """A summed rate; a ``guardrail`` series is shown for the dashboard's ``$variant``."""
+    labels = ", ".join(part for part in (JOB, guardrail and VARIANT, selector) if part)
     grouping = f" by ({by})" if by else ""
     return f"sum{grouping} (rate({metric}{{{labels}}}[{RATE}]))"
 
 
-def panel_quantile(q: float, histogram: str, by: str = "", selector: str = "") -> str:
-    buckets = panel_rate(f"{histogram}_bucket", selector, by=f"le, {by}" if by else "le")
+def panel_quantile(
+    q: float, histogram: str, by: str = "", selector: str = "", *, guardrail: bool = False
+) -> str:
+    grouping = f"le, {by}" if by else "le"
+    buckets = panel_rate(f"{histogram}_bucket", selector, grouping, guardrail=guardrail)
     return f"histogram_quantile({q}, {buckets})"
 
 
@@ -139,5 +167,11 @@ def panel_gauge(aggregation: str, metric: str, by: str) -> str:
     return f"{aggregation} by ({by}) ({metric}{{{JOB}}})"
 
 
-def panel_increase(metric: str, by: str) -> str:
-    return f"sum by ({by}) (increase({metric}{{{JOB}}}[{RATE}]))"
+def panel_increase(metric: str, by: str, *, guardrail: bool = False) -> str:
+    labels = f"{JOB}, {VARIANT}" if guardrail else JOB
+    return f"sum by ({by}) (increase({metric}{{{labels}}}[{RATE}]))"
+
+
+def panel_recorded(record: str) -> str:
+    """A recording rule's series of the chosen jobs (the rules count production only)."""
+    return f"{record}{{{JOB}}}"

@@ -8,10 +8,12 @@ rule document of ``alerts.rules.build_rules``; nothing is restated here.
 The shapes understood are the ones the rules use for their plain conditions: an
 alert expression is clauses joined by ``and on (...)``, each ``TERM`` or
 ``TERM OP NUMBER``; a TERM is a recorded series (its rule a ratio of two rates,
-optionally ``1 - (...)``, or a ``histogram_quantile`` of a rate), a raw gauge, or
-``sum by (...) (increase(COUNTER[window]))``. An alert of another shape (the
-regeneration band needs days of history; ``up`` exists only in Prometheus) is
-reported as not evaluated here.
+optionally ``1 - (...)``, a ``histogram_quantile`` of a rate, an increase, or the
+Wilson bound of a recorded share and count, ``monitor.evidence.wilson_bound``), a raw
+gauge, or ``sum by (...) (increase(COUNTER[window]))``. A record may have several
+rules (one per stage); a clause's label matchers choose the one that fits. An alert
+of another shape (the regeneration band needs weeks of history; ``up`` exists only
+in Prometheus) is reported as not evaluated here.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+
+from monitor.evidence import Side, wilson
 
 NO_EVIDENCE = "no evidence yet"
 NOT_HERE = "evaluated by Prometheus only"
@@ -39,6 +43,11 @@ _CLAUSE = re.compile(r"(?P<term>.+?)(?: (?P<op>[<>!=]=?) (?P<threshold>[-+.\deE]
 _QUANTILE = re.compile(rf"histogram_quantile\((?P<q>[\d.]+), {_SUM_OF}\)")
 _RATIO = re.compile(rf"{_SUM_OF}\n/\n\({_SUM_OF.replace('?P<', '?P<d_')} > 0\)")
 _AND = re.compile(r"\nand on \([^)]*\)\n")
+_NUMBER = r"[-+.\deE]+"
+_WILSON = re.compile(
+    rf"\(\n  (?P<share>\S+) \+ {_NUMBER} / (?P<count>\S+)\n  (?P<sign>[-+]) (?P<z>{_NUMBER}) "
+    rf"\* sqrt\(.*\)\n\)\n/\n\(1 \+ {_NUMBER} / \S+\)"
+)
 
 Labels = tuple[tuple[str, str], ...]  # a series' grouping labels, sorted
 
@@ -57,12 +66,17 @@ class Selector:
         labels = _MATCHER.findall(matchers)
         if len(labels) != matchers.count("="):  # only exact matchers are understood
             return None
-        return cls(match["name"], tuple(sorted({*labels, *extra})))
+        merged = dict(labels)
+        for key, value in extra:
+            if merged.setdefault(key, value) != value:  # this rule is another stage's
+                return None
+        return cls(match["name"], tuple(sorted(merged.items())))
 
 
 @dataclass(frozen=True)
 class Term:
-    """A series to compute: ``kind`` is ratio, quantile, increase or gauge."""
+    """A series to compute: ``kind`` is ratio, quantile, increase, gauge or wilson (the
+    bound at ``q`` = z of the share and count terms in ``parts``, ``side`` of it)."""
 
     kind: str
     selector: Selector
@@ -70,6 +84,8 @@ class Term:
     denominator: Selector | None = None
     complement: bool = False
     q: float = 0.0
+    parts: tuple[Term, ...] = ()
+    side: Side = "lower"
 
 
 @dataclass(frozen=True)
@@ -85,13 +101,25 @@ class Condition:
 
     alert: str
     clauses: tuple[Clause, ...] | None
+    labels: Labels = ()  # what tells rules of one alert apart: stage, window
 
     @property
     def title(self) -> str:
-        if not self.clauses or not self.clauses[0].term.selector.labels:
+        if not self.labels:
             return self.alert
-        labels = ", ".join(f'{k}="{v}"' for k, v in self.clauses[0].term.selector.labels)
+        labels = ", ".join(f'{k}="{v}"' for k, v in self.labels)
         return f"{self.alert}{{{labels}}}"
+
+
+def _distinct_labels(rule: dict[str, Any]) -> Labels:
+    """The label matchers of the alert's first clause (``{stage="total"}``) and its
+    ``window`` label."""
+    first = _SELECTOR.match(rule["expr"])
+    written = Selector.parse(first[0]) if first else None
+    labels = {k: v for k, v in written.labels if k != "job"} if written else {}
+    if "window" in rule.get("labels", {}):
+        labels["window"] = rule["labels"]["window"]
+    return tuple(sorted(labels.items()))
 
 
 def _grouping(by: str) -> tuple[str, ...]:
@@ -99,8 +127,21 @@ def _grouping(by: str) -> tuple[str, ...]:
     return tuple(label for label in labels if label not in {"job", "le"})
 
 
-def _recorded_term(expr: str, extra: Labels) -> Term | None:
-    """The term a recording rule computes, with the alert's label matchers added."""
+Recordings = dict[str, list[str]]  # record name -> the expressions of its rules
+
+
+def _recorded_term(name: str, extra: Labels, recordings: Recordings) -> Term | None:
+    """The term of the first rule of record ``name`` that fits the label matchers
+    ``extra`` of the clause using it."""
+    for expr in recordings.get(name, []):
+        term = _rule_term(expr, extra, recordings)
+        if term is not None:
+            return term
+    return None
+
+
+def _rule_term(expr: str, extra: Labels, recordings: Recordings) -> Term | None:
+    """The term one recording rule computes, with the alert's label matchers added."""
     complement = expr.startswith("1 - (\n") and expr.endswith("\n)")
     body = expr[len("1 - (\n") : -len("\n)")] if complement else expr
     if match := _QUANTILE.fullmatch(body):
@@ -113,10 +154,20 @@ def _recorded_term(expr: str, extra: Labels) -> Term | None:
         if numerator is None or denominator is None:
             return None
         return Term("ratio", numerator, _grouping(match["by"]), denominator, complement)
+    if (match := re.fullmatch(_SUM_OF, body)) and match["fn"] == "increase":
+        selector = Selector.parse(match["sel"], extra)
+        return None if selector is None else Term("increase", selector, _grouping(match["by"]))
+    if match := _WILSON.fullmatch(body):
+        share = _recorded_term(match["share"], extra, recordings)
+        count = _recorded_term(match["count"], extra, recordings)
+        if share is None or count is None:
+            return None
+        side: Side = "lower" if match["sign"] == "-" else "upper"
+        return Term("wilson", share.selector, q=float(match["z"]), parts=(share, count), side=side)
     return None
 
 
-def _term(text: str, recordings: dict[str, str]) -> Term | None:
+def _term(text: str, recordings: Recordings) -> Term | None:
     if match := re.fullmatch(_SUM_OF, text):
         selector = Selector.parse(match["sel"])
         if match["fn"] == "increase" and selector is not None:
@@ -126,16 +177,21 @@ def _term(text: str, recordings: dict[str, str]) -> Term | None:
     if selector is None:
         return None
     if selector.name in recordings:
-        return _recorded_term(recordings[selector.name], selector.labels)
+        return _recorded_term(selector.name, selector.labels, recordings)
     return Term("gauge", selector)
 
 
-def conditions(rules: dict[str, Any]) -> tuple[dict[str, Term], list[Condition]]:
+def conditions(rules: dict[str, Any]) -> tuple[dict[str, list[Term]], list[Condition]]:
     """The evaluable recording rules by name, and every alert's condition, from a rule
     document (``build_rules``)."""
     all_rules = [rule for group in rules["groups"] for rule in group["rules"]]
-    recordings = {rule["record"]: rule["expr"] for rule in all_rules if "record" in rule}
-    recorded = {name: _recorded_term(expr, ()) for name, expr in recordings.items()}
+    recordings: Recordings = {}
+    for rule in (rule for rule in all_rules if "record" in rule):
+        recordings.setdefault(rule["record"], []).append(rule["expr"])
+    recorded = {
+        name: [term for expr in exprs if (term := _rule_term(expr, (), recordings))]
+        for name, exprs in recordings.items()
+    }
     found = []
     for rule in (rule for rule in all_rules if "alert" in rule):
         clauses: list[Clause] | None = []
@@ -146,8 +202,10 @@ def conditions(rules: dict[str, Any]) -> tuple[dict[str, Term], list[Condition]]
                 clauses = None
                 break
             clauses.append(Clause(term, match["op"], float(match["threshold"] or "nan")))
-        found.append(Condition(rule["alert"], tuple(clauses) if clauses else None))
-    return {name: term for name, term in recorded.items() if term}, found
+        found.append(
+            Condition(rule["alert"], tuple(clauses) if clauses else None, _distinct_labels(rule))
+        )
+    return {name: terms for name, terms in recorded.items() if terms}, found
 
 
 class RuleEvaluator:
@@ -169,7 +227,8 @@ class RuleEvaluator:
         interval = _Interval(samples, self._last, now)
         recorded = {
             f"{name}{_braces(group)}": value
-            for name, term in self.recordings.items()
+            for name, terms in self.recordings.items()
+            for term in terms
             for group, value in interval.values(term).items()
         }
         states = {c.title: interval.state(c) for c in self.conditions}
@@ -188,8 +247,8 @@ class _Interval:
     now: dict[tuple[str, Labels], float]
 
     def _grouped(self, selector: Selector, by: tuple[str, ...]) -> dict[Labels, float]:
-        """Sum of the matching samples by the ``by`` labels (and ``le`` for buckets)."""
-        keys = (*by, "le") if selector.name.endswith("_bucket") else by
+        """Sum of the matching samples by the ``by`` labels."""
+        keys = by
         sums: dict[Labels, float] = {}
         for labels, value in self.samples.get(selector.name, []):
             if all(labels.get(k) == v for k, v in selector.labels):
@@ -214,9 +273,16 @@ class _Interval:
             }
         if term.kind == "increase":
             return self._change(term.selector, term.by)
+        if term.kind == "wilson":
+            shares, counts = (self.values(part) for part in term.parts)
+            return {
+                group: wilson(share, counts[group], term.q, term.side)
+                for group, share in shares.items()
+                if counts.get(group, 0.0) > 0
+            }
         if term.kind == "quantile":
             buckets: dict[Labels, list[tuple[float, float]]] = {}
-            for group, change in self._change(term.selector, term.by).items():
+            for group, change in self._change(term.selector, (*term.by, "le")).items():
                 le = float(dict(group)["le"])
                 buckets.setdefault(tuple(g for g in group if g[0] != "le"), []).append((le, change))
             found = {g: _quantile(term.q, b) for g, b in buckets.items()}

@@ -1,12 +1,18 @@
 """The sampler: which traces an expensive detector looks at, and a bounded queue to it.
 
-Selection is a hash of the trace id below ``sample_rate``, so replicas of the
+Selection is a hash of the trace id (of the pair id when the trace has one, so
+the twins of a shadow pair are taken together) below ``sample_rate``, so replicas of the
 sidecar and replays of the same traffic pick the same traces. Probes and
 traces that receive thumbs-down feedback within a bounded wait are always
 taken (``always_sample``); they skip the hash and the rate cap, since they are
 the few traces worth most. Hash-selected traces pass a token bucket of
 ``max_per_second``. Whatever is taken goes into a bounded queue; a full queue
 (or an empty bucket) drops the trace and counts it: ingestion never waits.
+
+At low traffic ``sample_rate`` yields too few scored answers for an alert to rest on;
+``min_scored_per_hour`` raises the rate so that, at the traffic of the last hour, that
+many traces an hour are taken (still within the token bucket, the scorer's capacity).
+The rate in force is exported as ``rag_monitor_effective_sample_rate{detector}``.
 
 Everything but the queue's consumer runs on the pipeline thread, so the
 sampler's own state needs no lock.
@@ -17,14 +23,14 @@ from __future__ import annotations
 import hashlib
 import queue
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 
-from monitor.metrics import queue_depth, samples_counter
+from monitor.metrics import queue_depth, samples_counter, shared_metric
 from monitor.trace import Event, Feedback, RagTrace
 
 SampleReason = Literal["rate", "probe", "thumbs_down"]
@@ -69,6 +75,42 @@ class TokenBucket:
         return False
 
 
+class HourlyTraffic:
+    """Traces seen over the last hour, in one-minute slots; until an hour has passed, the
+    rate of the time seen so far (at least a minute of it)."""
+
+    def __init__(self, now: float) -> None:
+        self._slots: deque[list[float]] = deque()  # [minute start, traces]
+        self._total = 0.0
+        self._since = now
+
+    def add(self, now: float) -> None:
+        minute = now - now % 60
+        if self._slots and self._slots[-1][0] == minute:
+            self._slots[-1][1] += 1
+        else:
+            self._slots.append([minute, 1.0])
+        self._total += 1
+        while self._slots[0][0] <= now - 3600:
+            self._total -= self._slots.popleft()[1]
+
+    def per_hour(self, now: float) -> float:
+        covered = min(3600.0, max(60.0, now - self._since))
+        return self._total * 3600.0 / covered
+
+
+def effective_sample_rate(registry: CollectorRegistry) -> Gauge:
+    """``rag_monitor_effective_sample_rate{detector}``: the rate in force, floor included."""
+    return shared_metric(
+        registry,
+        Gauge,
+        "rag_monitor_effective_sample_rate",
+        "Share of traces a sampler takes by hash now: sample_rate, raised by "
+        "min_scored_per_hour at low traffic.",
+        ["detector"],
+    )
+
+
 class Sampler:
     """Chooses traces for one expensive detector and queues them without ever blocking."""
 
@@ -81,6 +123,7 @@ class Sampler:
         always_sample: Collection[str],
         max_per_second: float,
         queue_size: int,
+        min_per_hour: float = 0.0,
         thumbs_down_wait_s: float = THUMBS_DOWN_WAIT_S,
         max_awaiting: int = MAX_AWAITING,
         clock: Callable[[], float] = time.monotonic,
@@ -88,6 +131,10 @@ class Sampler:
         self.queue: queue.Queue[Sampled] = queue.Queue(maxsize=queue_size)
         queue_depth(registry).labels(detector).set_function(self.queue.qsize)
         self._rate = sample_rate
+        self._effective = sample_rate
+        self._min_per_hour = min_per_hour
+        self._traffic = HourlyTraffic(clock())
+        effective_sample_rate(registry).labels(detector).set_function(lambda: self._effective)
         self._probes = "probe" in always_sample
         self._thumbs_down = "thumbs_down" in always_sample
         self._bucket = TokenBucket(max_per_second, max(1.0, max_per_second), clock)
@@ -110,7 +157,8 @@ class Sampler:
             return self._put(Sampled(trace, "probe"))
         if self._thumbs_down and self._disliked.pop(trace.trace_id, None) is not None:
             return self._put(Sampled(trace, "thumbs_down"))
-        if trace_fraction(trace.trace_id) < self._rate:
+        # Twins of a shadow pair share the draw, so a judge scores both or neither.
+        if trace_fraction(trace.pair_id or trace.trace_id) < self._rate_now(now):
             if not self._bucket.take():
                 self._dropped.inc()
                 return False
@@ -132,6 +180,15 @@ class Sampler:
             return self._put(Sampled(held[1], "thumbs_down"))
         self._hold(self._disliked, event.trace_id, now)
         return False
+
+    def _rate_now(self, now: float) -> float:
+        """``sample_rate``, or the higher rate that takes ``min_per_hour`` at the traffic
+        of the last hour."""
+        if self._min_per_hour > 0:
+            self._traffic.add(now)
+            floor = self._min_per_hour / max(self._traffic.per_hour(now), 1.0)
+            self._effective = min(1.0, max(self._rate, floor))
+        return self._effective
 
     @property
     def awaiting(self) -> int:

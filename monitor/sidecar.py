@@ -67,7 +67,7 @@ class Sidecar:
         self.pipeline = Pipeline(
             _trace_assembly(config, collectors),
             [*build_detectors(config, self.registry, emit), *extra_detectors],
-            PipelineMetrics(self.registry),
+            PipelineMetrics(self.registry, config.service.variants),
         )
         emit.bind(self.pipeline)
         self.readiness.add("pipeline", self.pipeline.alive)
@@ -169,13 +169,15 @@ _STOP_TOTALS = {
 def stop_totals(registry: CollectorRegistry) -> dict[str, dict[str, int]]:
     """Counter totals for the ``stopped`` line, keyed by their label values joined with
     ``/``: traces by source, records by collector/outcome, assembled traces by outcome,
-    items dropped by worker, HTTP refusals by server/reason."""
+    items dropped by worker, HTTP refusals by server/reason. Variants are added up: the
+    line answers "was everything accepted processed", whatever pipeline served it."""
     totals: dict[str, dict[str, int]] = {key: {} for key in _STOP_TOTALS.values()}
     for family in registry.collect():
         for sample in family.samples:
             key = _STOP_TOTALS.get(sample.name)
             if key is not None:
-                totals[key]["/".join(sample.labels.values())] = int(sample.value)
+                labels = "/".join(v for k, v in sample.labels.items() if k != "variant")
+                totals[key][labels] = totals[key].get(labels, 0) + int(sample.value)
     return totals
 
 

@@ -191,4 +191,14 @@ class JudgeScore:
     threshold: float  # the scorer's threshold: under it the answer counts as unsupported
 
 
-Event = Label | Feedback | JudgeScore
+@dataclass(frozen=True, slots=True)
+class ExclusionOutcome:
+    """The false-exclusion detector's decision on a labeled trace with eligible gold: True
+    when a relevance filter removed every eligible gold document. Emitted so that others
+    (the shadow comparison) can compare decisions without importing that detector."""
+
+    trace_id: str
+    excluded: bool
+
+
+Event = Label | Feedback | JudgeScore | ExclusionOutcome

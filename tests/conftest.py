@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -21,6 +23,7 @@ from typing import Any
 
 import orjson
 import pytest
+import structlog
 import yaml
 from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -78,8 +81,14 @@ def wait_until(condition: Callable[[], Any], timeout: float = 20.0, every: float
 
 
 def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
-    """A sample's value, 0 when the series does not exist yet."""
-    return registry.get_sample_value(name, labels) or 0.0
+    """The summed value of the samples of ``name`` whose labels include ``labels``; 0 when
+    none exists yet. A label not named (``variant``, say) is summed over."""
+    return sum(
+        s.value
+        for family in registry.collect()
+        for s in family.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
 
 
 def state_bytes(registry: CollectorRegistry) -> float:
@@ -109,6 +118,19 @@ def merge_sections(into: dict[str, Any], update: dict[str, Any]) -> None:
             merge_sections(into[key], value)
         else:
             into[key] = value
+
+
+@pytest.fixture
+def restored_logging() -> Iterator[None]:
+    """Undo what configure_logging installs process-wide, so later tests see the defaults."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    hooks = threading.excepthook, sys.excepthook, sys.unraisablehook
+    yield
+    structlog.reset_defaults()
+    logging.captureWarnings(False)
+    root.handlers, root.level = handlers, level
+    threading.excepthook, sys.excepthook, sys.unraisablehook = hooks
 
 
 @pytest.fixture

@@ -33,6 +33,8 @@ class RagRequest:
     extra: dict[str, object] = field(default_factory=dict)
     doc_metadata: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     """more metadata per doc id (e.g. ``{"d2": {"locale": "en-GB"}}``), beside its tenant"""
+    cost_usd: float | None = None
+    """with a value, the LLM span carries it as ``llm.cost.total``"""
 
     @property
     def total_s(self) -> float:
@@ -137,6 +139,7 @@ def emit_rag_request(
                 "llm.provider": "openai",
                 "llm.token_count.prompt": request.prompt_tokens,
                 "llm.token_count.completion": request.completion_tokens,
+                **({} if request.cost_usd is None else {"llm.cost.total": request.cost_usd}),
             },
         ),
     ]

@@ -15,7 +15,7 @@ from detectors.cost.names import (
 )
 from monitor.components import Panel, Row, RuleFragment
 from monitor.config import GuardrailsConfig
-from monitor.promql import alert, enough, panel_rate, panel_ratio, ratio, sum_rate
+from monitor.promql import alert, enough, panel_rate, panel_ratio, production, ratio, sum_rate
 
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]
 
@@ -24,10 +24,10 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
     """The mean cost per query per job, and the alert on the budget."""
     window, budget = guardrails.window, guardrails.cost_per_query_max_usd
     recorded = cost_per_query(window)
-    count = f"{REQUEST_COST_USD}_count"
+    count, total = production(f"{REQUEST_COST_USD}_count"), production(f"{REQUEST_COST_USD}_sum")
     recording = {
         "record": recorded,
-        "expr": ratio(sum_rate(f"{REQUEST_COST_USD}_sum", window), sum_rate(count, window)),
+        "expr": ratio(sum_rate(total, window), sum_rate(count, window)),
     }
     high = alert(
         guardrails,
@@ -44,7 +44,8 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
 def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
     """Cost per query against the budget, spend by model, priced and unpriced requests."""
     per_query = panel_ratio(
-        panel_rate(f"{REQUEST_COST_USD}_sum"), panel_rate(f"{REQUEST_COST_USD}_count")
+        panel_rate(f"{REQUEST_COST_USD}_sum", guardrail=True),
+        panel_rate(f"{REQUEST_COST_USD}_count", guardrail=True),
     )
     panels = [
         Panel(
@@ -57,13 +58,13 @@ def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
         ),
         Panel(
             "Spend by model (USD/h)",
-            [(f"3600 * {panel_rate(COST_USD_TOTAL, by='model')}", "{{model}}")],
+            [(f"3600 * {panel_rate(COST_USD_TOTAL, by='model', guardrail=True)}", "{{model}}")],
             unit="currencyUSD",
         ),
         Panel(
             "Cost coverage (partial: cost per query is a lower bound)",
             [
-                (panel_rate(COST_REQUESTS_TOTAL, by="pricing"), "{{pricing}}"),
+                (panel_rate(COST_REQUESTS_TOTAL, by="pricing", guardrail=True), "{{pricing}}"),
                 (panel_rate(COST_UNPRICED_REQUESTS_TOTAL, by="reason"), "unpriced: {{reason}}"),
             ],
             unit="ops",

@@ -12,6 +12,7 @@ cost-per-query guardrail down exactly when it is blind.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from decimal import Decimal
@@ -28,6 +29,7 @@ from detectors.cost.names import (
 )
 from monitor.detector import InlineDetector
 from monitor.trace import RagTrace, Usage
+from monitor.variants import ByVariant, variant_of
 
 # $0.0001 to $1 per request, about three buckets per decade.
 COST_BUCKETS = (
@@ -164,16 +166,18 @@ class CostDetector(InlineDetector):
 
     def __init__(self, config: CostConfig, registry: CollectorRegistry) -> None:
         self.prices = PriceBook(config.overrides)
-        self._per_request = Histogram(
+        per_request = Histogram(
             REQUEST_COST_USD,
-            "Cost of one RAG request in USD (all models it used).",
+            "Cost of one RAG request in USD (all models it used), by variant.",
+            ["variant"],
             buckets=COST_BUCKETS,
             registry=registry,
         )
+        self._per_request = ByVariant(per_request.labels)
         self._by_model = Counter(
             COST_USD_TOTAL,
-            "Spend in USD by model (overrides and price-table models; others 'other').",
-            ["model"],
+            "Spend in USD by model (overrides and price-table models; others 'other') and variant.",
+            ["model", "variant"],
             registry=registry,
         )
         self._unpriced = Counter(
@@ -185,13 +189,14 @@ class CostDetector(InlineDetector):
         pricing = Counter(
             COST_REQUESTS_TOTAL,
             "Requests by how much of their usage was priced: complete, partial (the observed "
-            "cost is a lower bound) or unpriced (not observed).",
-            ["pricing"],
+            "cost is a lower bound) or unpriced (not observed), and variant.",
+            ["pricing", "variant"],
             registry=registry,
         )
         # Bound once: a labels() lookup per request shows in the ingest profile.
         self._complete, self._partial, self._none_priced = (
-            pricing.labels(value) for value in ("complete", "partial", "unpriced")
+            ByVariant(functools.partial(pricing.labels, value))
+            for value in ("complete", "partial", "unpriced")
         )
 
     def observe(self, trace: RagTrace) -> None:
@@ -200,12 +205,12 @@ class CostDetector(InlineDetector):
             # The producer's own figure wins; it is booked on the generating model.
             generator = next((u for u in usages if u.completion_tokens), None)
             label = self.prices.label(generator.model, generator.provider) if generator else OTHER
-            self._book(trace.cost_usd, {label: trace.cost_usd})
-            self._complete.inc()
+            self._book(trace, trace.cost_usd, {label: trace.cost_usd})
+            self._complete.of(trace).inc()
             return
         if not usages:
             self._unpriced.labels("no_usage").inc()
-            self._none_priced.inc()
+            self._none_priced.of(trace).inc()
             return
         by_model: dict[str, float] = {}
         unpriced_reasons: set[str] = set()
@@ -219,15 +224,16 @@ class CostDetector(InlineDetector):
         for reason in unpriced_reasons:
             self._unpriced.labels(reason).inc()
         if not by_model:
-            self._none_priced.inc()
+            self._none_priced.of(trace).inc()
             return
-        (self._partial if unpriced_reasons else self._complete).inc()
-        self._book(sum(by_model.values()), by_model)
+        (self._partial if unpriced_reasons else self._complete).of(trace).inc()
+        self._book(trace, sum(by_model.values()), by_model)
 
-    def _book(self, total: float, by_model: dict[str, float]) -> None:
-        self._per_request.observe(total)
+    def _book(self, trace: RagTrace, total: float, by_model: dict[str, float]) -> None:
+        variant = variant_of(trace)
+        self._per_request[variant].observe(total)
         for label, cost in by_model.items():
-            self._by_model.labels(label).inc(cost)
+            self._by_model.labels(label, variant).inc(cost)
 
 
 def _has_usage(usage: Usage) -> bool:

@@ -3,9 +3,9 @@ its rules and its panels share."""
 
 from __future__ import annotations
 
-REQUEST_COST_USD = "rag_request_cost_usd"  # histogram of the cost of each request
-COST_USD_TOTAL = "rag_cost_usd_total"  # spend by model
-COST_REQUESTS_TOTAL = "rag_cost_requests_total"  # requests by pricing outcome
+REQUEST_COST_USD = "rag_request_cost_usd"  # histogram of the cost of each request, by variant
+COST_USD_TOTAL = "rag_cost_usd_total"  # spend by model and variant
+COST_REQUESTS_TOTAL = "rag_cost_requests_total"  # requests by pricing outcome and variant
 COST_UNPRICED_REQUESTS_TOTAL = "rag_cost_unpriced_requests_total"  # by reason
 
 

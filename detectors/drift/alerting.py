@@ -3,7 +3,8 @@ per signal; the significance level is ``detectors.drift.p_value``.
 
 The result gauges are absent until the first test, and the p-value stays absent
 in online mode: the alert needs only the verdict, and quotes the p-value when
-there is one.
+there is one. A change of the query embedding model (representation) is a ticket of
+its own, never a drift verdict, and an annotation on the dashboard.
 """
 
 from __future__ import annotations
@@ -11,12 +12,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from detectors.drift.names import DETECTED, LAST_TEST, MMD_STATISTIC, P_VALUE
-from monitor.components import Panel, Row, RuleFragment
+from detectors.drift.names import (
+    DETECTED,
+    LAST_TEST,
+    MMD_STATISTIC,
+    P_VALUE,
+    REFERENCE_FILL,
+    REPRESENTATION_CHANGES,
+    REPRESENTATION_INFO,
+    REPRESENTATION_SHARE,
+)
+from monitor.components import Annotation, Panel, Row, RuleFragment
 from monitor.config import GuardrailsConfig
 from monitor.promql import JOB, alert
 
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]
+CHANGE_WINDOW = "1h"  # the ticket stays open this long after the last change
+# A representation marks the first 10 minutes its info series exists (as releases do).
+_CHANGE_MARK = "10m"
 
 
 def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
@@ -32,7 +45,26 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
         "distribution'{{ if lt $value 1.0 }} (p = "
         '{{ $value | printf "%.3g" }}){{ end }} on {{ $labels.instance }}.',
     )
-    return RuleFragment(alerting=[drifted], promtool_tests=PROMTOOL_TESTS)
+    changed = alert(
+        guardrails,
+        "RagEmbeddingModelChanged",
+        # increase() misses a change counted before the first scrape of a new instance (a
+        # sidecar restarted with the application): a new series already above 0 is one too.
+        f"max by (job) (increase({REPRESENTATION_CHANGES}[{CHANGE_WINDOW}])) > 0\nor\n"
+        f"max by (job) ({REPRESENTATION_CHANGES} > 0 unless {REPRESENTATION_CHANGES}"
+        f" offset {CHANGE_WINDOW})",
+        severity="ticket",
+        summary="The query embedding model changed ({{ $labels.job }})",
+        description="A new representation (embedding model) of the query vectors appeared in "
+        f"the last {CHANGE_WINDOW}; drift is tested against its own reference "
+        f"({REPRESENTATION_INFO} lists the current ones). Check that the document encoder "
+        "migrated too, recall@k on the golden set before and after, and the probe set's "
+        "neighbour stability (rag-monitor report drift).",
+        for_="0m",
+    )
+    # The cause is known, not suspected; the description keeps the latest release.
+    changed["annotations"]["suspected_cause"] = "embedding_model_change"
+    return RuleFragment(alerting=[drifted, changed], promtool_tests=PROMTOOL_TESTS)
 
 
 def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
@@ -66,4 +98,26 @@ def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
             width=6,
         ),
     ]
-    return [Row("Query drift (MMD)", panels)]
+    representations = [
+        Panel(
+            "Representations (query embedding models): share of recent vectors",
+            [(f"max by (representation) ({REPRESENTATION_SHARE}{{{JOB}}})", "{{representation}}")],
+            unit="percentunit",
+            width=12,
+        ),
+        Panel(
+            "Reference filled, per representation",
+            [(f"min by (representation) ({REFERENCE_FILL}{{{JOB}}})", "{{representation}}")],
+            unit="percentunit",
+            width=12,
+        ),
+    ]
+    info = f"max by (representation) ({REPRESENTATION_INFO}{{{JOB}}}"  # closed below
+    changes = Annotation(
+        name="Embedding model changes",
+        expr=f"{info})\nunless\n{info} offset {_CHANGE_MARK})",
+        title="embedding model {{representation}}",
+        text="query vectors of {{representation}} first seen: tested against its own reference",
+        tags="representation",
+    )
+    return [Row("Query drift (MMD)", panels + representations, annotations=[changes])]

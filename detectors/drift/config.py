@@ -18,6 +18,13 @@ class DriftConfig(Section):
     )
     embedder: str | None = Field(None, description="null: use traced query vectors only")
     reference_size: int = Field(1000, gt=1, description="vectors in the reference window")
+    max_representations: int = Field(
+        4,
+        ge=1,
+        le=32,
+        description="representations (query embedding models) tracked at once, each with "
+        "its own reference and window; the least recently seen beyond this is dropped",
+    )
     window_size: int = Field(500, gt=1, description="vectors in each tested window")
     test_every_records: int = Field(250, gt=0, description="new vectors between tests")
     p_value: float = Field(0.05, gt=0, lt=1, description="significance level")

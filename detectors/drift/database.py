@@ -4,7 +4,13 @@ The bound must hold on disk, not only in rows: freed pages go back to the file
 system (``auto_vacuum=INCREMENTAL``, then a WAL checkpoint that truncates), and
 the WAL is kept to a sixteenth of the store's budget (``journal_size_limit``,
 ``wal_autocheckpoint``). ``shrink`` deletes the oldest samples, then the oldest
-inactive references, then the oldest tests until the files fit a byte budget.
+inactive references, then the oldest traffic counts, changes and tests until the files
+fit a byte budget.
+
+Every reference, test, probe and window carries its representation (the embedding
+model of its vectors). Files of the version before had one representation, ``traced``,
+for every traced vector: it becomes ``unknown`` (what an untagged vector is now), with one
+``drift_state_migrated`` log line.
 """
 
 from __future__ import annotations
@@ -12,6 +18,10 @@ from __future__ import annotations
 import math
 import sqlite3
 from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger("rag_monitor.drift")
 
 FILE_NAME = "drift.sqlite3"
 FILES = (FILE_NAME, f"{FILE_NAME}-wal", f"{FILE_NAME}-shm", f"{FILE_NAME}-journal")
@@ -27,16 +37,17 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS reference (
     id INTEGER PRIMARY KEY, created REAL NOT NULL, source TEXT NOT NULL,
     representation TEXT NOT NULL, dim INTEGER NOT NULL, n INTEGER NOT NULL,
-    vectors BLOB NOT NULL, texts TEXT, active INTEGER NOT NULL DEFAULT 0
+    vectors BLOB NOT NULL, texts TEXT, active INTEGER NOT NULL DEFAULT 0, last_used REAL
 );
 CREATE TABLE IF NOT EXISTS probes (
-    id INTEGER PRIMARY KEY, reference_id INTEGER NOT NULL, vector BLOB NOT NULL, text TEXT
+    id INTEGER PRIMARY KEY, reference_id INTEGER NOT NULL, vector BLOB NOT NULL, text TEXT,
+    representation TEXT
 );
 CREATE TABLE IF NOT EXISTS tests (
     id INTEGER PRIMARY KEY, time REAL NOT NULL, reference_id INTEGER NOT NULL,
     backend TEXT NOT NULL, n_reference INTEGER NOT NULL, n_window INTEGER NOT NULL,
     statistic REAL NOT NULL, p_value REAL, threshold REAL, sigma REAL,
-    is_drift INTEGER NOT NULL, window_start REAL, window_end REAL
+    is_drift INTEGER NOT NULL, window_start REAL, window_end REAL, representation TEXT
 );
 CREATE INDEX IF NOT EXISTS tests_time ON tests (time);
 CREATE TABLE IF NOT EXISTS samples (
@@ -46,9 +57,29 @@ CREATE TABLE IF NOT EXISTS samples (
 CREATE INDEX IF NOT EXISTS samples_time ON samples (time);
 CREATE TABLE IF NOT EXISTS latest_window (
     id INTEGER PRIMARY KEY CHECK (id = 1), time REAL NOT NULL, dim INTEGER NOT NULL,
-    vectors BLOB NOT NULL
+    vectors BLOB NOT NULL, representation TEXT
+);
+CREATE TABLE IF NOT EXISTS traffic (
+    time REAL NOT NULL, representation TEXT NOT NULL, vectors INTEGER NOT NULL,
+    PRIMARY KEY (time, representation)
+);
+CREATE TABLE IF NOT EXISTS current_representations (representation TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS changes (
+    id INTEGER PRIMARY KEY, time REAL NOT NULL, old_representation TEXT NOT NULL,
+    new_representation TEXT NOT NULL
 );
 """
+# Columns added since the first version: (table, column, declaration).
+_ADDED_COLUMNS = (
+    ("samples", "hour", "INTEGER NOT NULL DEFAULT 0"),
+    ("samples", "rank", "REAL NOT NULL DEFAULT 0"),
+    ("reference", "last_used", "REAL"),
+    ("probes", "representation", "TEXT"),
+    ("tests", "representation", "TEXT"),
+    ("latest_window", "representation", "TEXT"),
+)
+LEGACY_REPRESENTATION = "traced"
+UNTAGGED = "unknown"  # the representation of a query vector traced without its model
 # Each hour keeps the samples of its ``SAMPLES_PER_HOUR`` lowest random ranks: a uniform
 # random subsample of what its tests offered.
 HOUR_CUT = "SELECT rank FROM samples WHERE hour = ? ORDER BY rank LIMIT 1 OFFSET ?"
@@ -82,12 +113,13 @@ def open_database(path: Path, max_bytes: int | None, timeout_s: float) -> sqlite
 
 
 def _upgrade(db: sqlite3.Connection) -> None:
-    """Files of earlier versions kept every test's sample and never reused pages."""
-    columns = {row[1] for row in db.execute("PRAGMA table_info(samples)")}
-    if "rank" not in columns:
-        with db:
-            db.execute("ALTER TABLE samples ADD COLUMN hour INTEGER NOT NULL DEFAULT 0")
-            db.execute("ALTER TABLE samples ADD COLUMN rank REAL NOT NULL DEFAULT 0")
+    """Files of earlier versions kept every test's sample, never reused pages and had one
+    representation."""
+    with db:
+        for table, column, declaration in _ADDED_COLUMNS:
+            if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+    _name_representations(db)
     with db:
         # Rows written before the upgrade have rank 0: give them a random one, then trim.
         upgraded = db.execute(
@@ -99,6 +131,30 @@ def _upgrade(db: sqlite3.Connection) -> None:
     if int(db.execute("PRAGMA auto_vacuum").fetchone()[0]) != 2:
         db.execute("VACUUM")  # applies auto_vacuum=INCREMENTAL to an older file
         release(db)
+
+
+def _name_representations(db: sqlite3.Connection) -> None:
+    """Name the representation of rows written before representations had names."""
+    legacy = db.execute(
+        "SELECT COUNT(*) FROM reference WHERE representation = ?", (LEGACY_REPRESENTATION,)
+    ).fetchone()[0]
+    with db:
+        db.execute(
+            "UPDATE reference SET representation = ? WHERE representation = ?",
+            (UNTAGGED, LEGACY_REPRESENTATION),
+        )
+        db.execute("UPDATE reference SET last_used = created WHERE last_used IS NULL")
+        db.execute(
+            "UPDATE latest_window SET representation = ? WHERE representation IS NULL", (UNTAGGED,)
+        )
+        for table in ("tests", "probes"):
+            db.execute(
+                f"UPDATE {table} SET representation = (SELECT representation"  # noqa: S608
+                f" FROM reference WHERE reference.id = {table}.reference_id)"
+                " WHERE representation IS NULL"
+            )
+    if legacy:
+        log.info("drift_state_migrated", references=int(legacy), representation=UNTAGGED)
 
 
 def release(db: sqlite3.Connection) -> None:
@@ -121,8 +177,9 @@ def file_bytes(path: Path) -> int:
 
 def shrink(db: sqlite3.Connection, path: Path, target_bytes: int) -> dict[str, int]:
     """Delete the oldest samples, then the oldest inactive references, then the oldest
-    tests until the files fit ``target_bytes``; rows deleted per table."""
-    deleted = {"samples": 0, "references": 0, "tests": 0}
+    traffic counts, changes and tests until the files fit ``target_bytes``; rows deleted
+    per table."""
+    deleted = {"samples": 0, "references": 0, "traffic": 0, "changes": 0, "tests": 0}
     release(db)
     for table in deleted:
         for _ in range(_SHRINK_ROUNDS):

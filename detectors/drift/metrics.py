@@ -4,6 +4,10 @@ A result gauge (statistic, p-value, verdict, time of the last test) has no
 sample until the first test gives it one: a 0 before any evidence would read
 as the strongest drift (p = 0) or as a clean verdict. The p-value stays absent
 in online mode, which has none.
+
+The representation series carry a ``representation`` label: at most
+``max_representations`` values at a time (``other`` folds the rest of the share), a
+series removed when its representation leaves the current traffic or is evicted.
 """
 
 from __future__ import annotations
@@ -12,7 +16,16 @@ from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from detectors.drift.names import DETECTED, LAST_TEST, MMD_STATISTIC, P_VALUE
+from detectors.drift.names import (
+    DETECTED,
+    LAST_TEST,
+    MMD_STATISTIC,
+    P_VALUE,
+    REFERENCE_FILL,
+    REPRESENTATION_CHANGES,
+    REPRESENTATION_INFO,
+    REPRESENTATION_SHARE,
+)
 from detectors.drift.result import DriftResult
 
 SIGNAL = "query_embedding"
@@ -79,6 +92,43 @@ class DriftMetrics:
             ["signal"],
             registry=registry,
         ).labels(SIGNAL)
+        self._add_representation_series(registry)
+
+    def _add_representation_series(self, registry: CollectorRegistry) -> None:
+        self.representation_changes = Counter(
+            REPRESENTATION_CHANGES,
+            "Times a representation (embedding model) not in the last window_size vectors "
+            "appeared: an encoder change, never counted as drift.",
+            ["signal"],
+            registry=registry,
+        ).labels(SIGNAL)
+        self.representations_evicted = Counter(
+            "rag_drift_representations_evicted_total",
+            "Representations no longer tracked because max_representations newer ones came.",
+            ["signal"],
+            registry=registry,
+        ).labels(SIGNAL)
+        self.representation_info = Gauge(
+            REPRESENTATION_INFO,
+            "1 for each representation (the query vectors' embedding model, or unknown when "
+            "untagged) among the last window_size vectors.",
+            ["representation"],
+            registry=registry,
+        )
+        self.representation_share = Gauge(
+            REPRESENTATION_SHARE,
+            "Share of each representation among the last window_size vectors (other: those "
+            "beyond max_representations).",
+            ["representation"],
+            registry=registry,
+        )
+        self.reference_fill = Gauge(
+            REFERENCE_FILL,
+            "Share of reference_size collected for each tracked representation's reference "
+            "(1: tested against it).",
+            ["representation"],
+            registry=registry,
+        )
 
     def reject(self, reason: RejectReason, count: int = 1) -> None:
         self.rejected.labels(SIGNAL, reason).inc(count)

@@ -20,16 +20,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 
+from detectors.drift.migration import Migration, build_migration, change_lines
+from detectors.drift.neighbours import (
+    NeighbourStability,
+    assign,
+    clusters_for,
+    kmeans,
+    neighbour_stability,
+)
 from detectors.drift.result import Vectors
 from detectors.drift.store import DriftStore, Reference, TestRecord
 from monitor.config import Config
 from monitor.durations import parse_duration
 
 VERDICT_LEVEL = 0.01  # binomial test of the flagged share against the false-alarm rate
-MAX_CLUSTERS = 8
-NEIGHBOURS = 10
 SHOWN_CLUSTERS = 6
 EXAMPLES_PER_CLUSTER = 3
 
@@ -49,19 +54,6 @@ class ClusterShift:
 
 
 @dataclass
-class NeighbourStability:
-    """Probe neighbourhoods under an old and a new reference."""
-
-    old_id: int
-    new_id: int
-    when: float
-    comparable: bool
-    mean_overlap: float = 0.0
-    stable_share: float = 0.0
-    probes: int = 0
-
-
-@dataclass
 class DriftReport:
     since: float
     until: float
@@ -73,6 +65,7 @@ class DriftReport:
     recent_vectors: int
     stability: list[NeighbourStability]
     reference_changes: list[float]
+    migration: Migration
 
     @property
     def flagged(self) -> int:
@@ -100,23 +93,6 @@ def _verdict(tests: list[TestRecord], level: float) -> tuple[str, str]:
     return "stable", f"No evidence that the query mix moved. {detail}"
 
 
-def _clusters_for(n: int) -> int:
-    return int(min(MAX_CLUSTERS, max(2, round(np.sqrt(n / 20)))))
-
-
-def _kmeans(vectors: Vectors, k: int, seed: int = 0) -> Vectors:
-    from scipy.cluster.vq import kmeans2
-
-    centroids, _ = kmeans2(vectors.astype(np.float64), k, minit="++", seed=seed)
-    return np.asarray(centroids)
-
-
-def _assign(vectors: Vectors, centroids: Vectors) -> npt.NDArray[np.intp]:
-    from scipy.spatial.distance import cdist
-
-    return np.asarray(cdist(vectors, centroids, "sqeuclidean").argmin(axis=1))
-
-
 def cluster_shifts(
     reference: Reference, recent: Vectors, recent_texts: list[str | None]
 ) -> list[ClusterShift]:
@@ -124,8 +100,8 @@ def cluster_shifts(
     if len(recent) < 2 or recent.shape[1] != reference.vectors.shape[1]:
         return []
     both = np.concatenate([reference.vectors, recent])
-    k = _clusters_for(len(both))
-    labels = _assign(both, _kmeans(both, k))
+    k = clusters_for(len(both))
+    labels = assign(both, kmeans(both, k))
     ref_labels, recent_labels = labels[: len(reference.vectors)], labels[len(reference.vectors) :]
     ref_texts = reference.texts or [None] * len(reference.vectors)
     shifts = []
@@ -147,62 +123,52 @@ def cluster_shifts(
     return shifts
 
 
-def neighbour_stability(old: Reference, new: Reference, probes: Vectors) -> NeighbourStability:
-    """How much of each probe's neighbourhood keeps its topic when the reference changes.
-
-    Neighbours of two references are different records, so they are compared by
-    topic: k-means clusters fitted on the old reference label the neighbours of
-    each probe in both; a probe's stability is the overlap of the two label
-    histograms of its ``NEIGHBOURS`` nearest neighbours (1: same topics).
-    Vectors of another dimension (another embedding model) are not comparable.
-    """
-    result = NeighbourStability(old.id, new.id, new.created, comparable=False)
-    dim = old.vectors.shape[1]
-    if new.vectors.shape[1] != dim or len(probes) == 0 or probes.shape[1] != dim:
-        return result
-    from scipy.spatial.distance import cdist
-
-    centroids = _kmeans(old.vectors, _clusters_for(len(old.vectors)))
-    k = _clusters_for(len(old.vectors))
-    overlaps = []
-    for ref in (old, new):
-        labels = _assign(ref.vectors, centroids)
-        nearest = np.argsort(cdist(probes, ref.vectors, "sqeuclidean"), axis=1)[:, :NEIGHBOURS]
-        overlaps.append(np.stack([np.bincount(labels[row], minlength=k) for row in nearest]))
-    per_probe = np.minimum(overlaps[0], overlaps[1]).sum(axis=1) / min(
-        NEIGHBOURS, len(old.vectors), len(new.vectors)
-    )
-    result.comparable = True
-    result.mean_overlap = float(per_probe.mean())
-    result.stable_share = float(np.mean(per_probe >= 0.5))
-    result.probes = len(probes)
-    return result
-
-
 def build_report(
-    store: DriftStore, config: Config, period_s: float, now: float | None = None
+    store: DriftStore,
+    config: Config,
+    period_s: float,
+    now: float | None = None,
+    prometheus: str | None = None,
 ) -> DriftReport:
-    """Everything the report shows, from the stored state."""
+    """Everything the report shows, from the stored state (and Prometheus, when given).
+
+    The clusters compare the latest test's representation with its own reference; the
+    probe set is compared only between references of its own representation.
+    """
     until = time.time() if now is None else now
     since = until - period_s
     tests = store.tests(since, until)
     p_value = config.detectors.drift.p_value
     verdict, summary = _verdict(tests, p_value)
-    reference = store.reference()
-    recent, recent_texts = store.samples(since, until)
+    latest = tests[-1].representation if tests else None
+    reference = store.reference(representation=latest)
+    recent, recent_texts = store.samples(since, until, latest)
     clusters = [] if reference is None else cluster_shifts(reference, recent, recent_texts)
     stability = []
-    changes = []
+    probes, _, probe_representation = store.probes()
     references = store.references()
-    probes, _ = store.probes()
-    for (old_id, *_), (new_id, created, _, _) in itertools.pairwise(references):
-        if since <= created <= until:
-            changes.append(created)
-            old, new = store.reference(old_id), store.reference(new_id)
-            if old is not None and new is not None:
-                stability.append(neighbour_stability(old, new, probes))
+    changes = [r.created for r in references[1:] if since <= r.created <= until]
+    for representation in {r.representation for r in references}:
+        versions = [r for r in references if r.representation == representation]
+        pinned = probes if representation == probe_representation else probes[:0]
+        for old_info, new_info in itertools.pairwise(versions):
+            old, new = store.reference(old_info.id), store.reference(new_info.id)
+            if since <= new_info.created <= until and old is not None and new is not None:
+                stability.append(neighbour_stability(old, new, pinned))
+    stability.sort(key=lambda s: s.when)
+    migration = build_migration(store, config.detectors.drift, since, until, prometheus)
     return DriftReport(
-        since, until, tests, p_value, verdict, summary, clusters, len(recent), stability, changes
+        since,
+        until,
+        tests,
+        p_value,
+        verdict,
+        summary,
+        clusters,
+        len(recent),
+        stability,
+        changes,
+        migration,
     )
 
 
@@ -238,7 +204,8 @@ def plot_png(report: DriftReport) -> bytes:
     top.set_ylabel("p-value")
     top.legend(loc="lower left", fontsize=8)
     bottom.set_ylabel("MMD$^2$")
-    bottom.legend(loc="upper left", fontsize=8)
+    if times:  # the threshold line is drawn only with tests
+        bottom.legend(loc="upper left", fontsize=8)
     for change in report.reference_changes:
         for axis in (top, bottom):
             axis.axvline(datetime.fromtimestamp(change, tz=UTC), color="k", ls="--", lw=0.8)
@@ -273,8 +240,8 @@ def _stability_lines(report: DriftReport) -> list[str]:
         head = f"Reference {s.old_id} -> {s.new_id} ({_stamp(s.when)}): "
         if not s.comparable:
             lines.append(
-                head + "not comparable (another dimension: another embedding model; "
-                "re-embed the probe set and evaluate the new index)."
+                head + "not comparable (the probe set is of another representation or "
+                "dimension: re-embed the probe set and evaluate the new index)."
             )
         else:
             lines.append(
@@ -282,6 +249,15 @@ def _stability_lines(report: DriftReport) -> list[str]:
                 f"{s.stable_share:.0%} of {s.probes} probes keep at least half their topics."
             )
     return lines
+
+
+def _migration_lines(report: DriftReport) -> list[str]:
+    if report.migration.changes:
+        return change_lines(report.migration)
+    return [
+        "No representation (embedding model) change in the period.",
+        *change_lines(report.migration),
+    ]
 
 
 def _period(report: DriftReport) -> str:
@@ -328,6 +304,9 @@ def render_html(report: DriftReport, png: bytes) -> str:
         parts.append("</table>")
     else:
         parts.append("<p>No recent vectors in the period to compare with the reference.</p>")
+    parts.append("<h2>Representation changes</h2><ul>")
+    parts.extend(f"<li>{esc(line)}</li>" for line in _migration_lines(report))
+    parts.append("</ul>")
     stability = _stability_lines(report)
     if stability:
         parts.append("<h2>Reference changes: neighbour stability of the probe set</h2><ul>")
@@ -370,6 +349,8 @@ def render_markdown(report: DriftReport, image_name: str | None) -> str:
             lines.append(f"| {name} | {ref} | {recent} | {change} | {shown} |")
     else:
         lines.append("No recent vectors in the period to compare with the reference.")
+    lines += ["", "## Representation changes", ""]
+    lines += [f"- {line}" for line in _migration_lines(report)]
     stability = _stability_lines(report)
     if stability:
         lines += ["", "## Reference changes: neighbour stability of the probe set", ""]
@@ -377,7 +358,13 @@ def render_markdown(report: DriftReport, image_name: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(config: Config, period: str, out: Path, now: float | None = None) -> DriftReport:
+def write_report(
+    config: Config,
+    period: str,
+    out: Path,
+    now: float | None = None,
+    prometheus: str | None = None,
+) -> DriftReport:
     """Build the report from ``config.service.state_dir`` and write ``out`` (.html or .md)."""
     suffix = out.suffix.lower()
     if suffix not in (".html", ".htm", ".md"):
@@ -385,7 +372,7 @@ def write_report(config: Config, period: str, out: Path, now: float | None = Non
     period_s = parse_duration(period)
     store = DriftStore(config.service.state_dir, create=False)
     try:
-        report = build_report(store, config, period_s, now)
+        report = build_report(store, config, period_s, now, prometheus)
     finally:
         store.close()
     png = plot_png(report)

@@ -8,10 +8,14 @@ may fail: a full disk, a read-only or missing directory, a corrupt file. Then:
   and logged once per outage (``monitor.state.StateDir``), the connection is
   closed and the store is tried again after ``RETRY_S``;
 - meanwhile the last ``PENDING_TESTS`` test records wait in memory (the newest
-  ``PENDING_SAMPLES`` with their vector samples), as does a reference built
-  from traffic, and the latest window; they are written when the store works;
+  ``PENDING_SAMPLES`` with their vector samples), as do the references built
+  from traffic, the latest window, the representations' hourly traffic counts and
+  their changes; they are written when the store works;
 - a corrupt file is moved aside (a timestamp suffix, one log line naming both
-  paths) and a new one is created at once, with the reference in use.
+  paths) and a new one is created at once, with the references in use.
+
+Each representation has its own reference in use; writing a new one keeps the references
+of the ``keep`` most recently used representations only.
 
 Before each write the store makes room within its share of
 ``service.state_max_bytes`` (the budget less every other entry of the
@@ -27,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sqlite3
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -61,6 +65,7 @@ class PendingTest:
     """A test record not written yet."""
 
     result: DriftResult
+    representation: str
     span: tuple[float, float]
     sample: Vectors | None
     texts: list[str | None]
@@ -70,17 +75,21 @@ class PendingTest:
 class StateWriter:
     """The worker thread's store: reads and writes that may fail, never raise."""
 
-    def __init__(self, state: StateDir, representation: str, clock: Callable[[], float]) -> None:
+    def __init__(self, state: StateDir, keep: int, clock: Callable[[], float]) -> None:
         self.state = state
         self.path = state.path / FILE_NAME
-        self.representation = representation
+        self.keep = keep
         self.clock = clock
         self.store: DriftStore | None = None
-        self.reference_id: int | None = None  # the stored id of the reference in use
-        self._in_use: tuple[Vectors, list[str | None] | None] | None = None
-        self._unwritten_reference = False
+        # Per representation: the stored id of the reference in use, and that reference.
+        self.reference_ids: dict[str, int] = {}
+        self._in_use: dict[str, tuple[Vectors, list[str | None] | None]] = {}
+        self._unwritten: set[str] = set()
         self._tests: deque[PendingTest] = deque(maxlen=PENDING_TESTS)
-        self._window: tuple[Vectors, float] | None = None
+        self._window: tuple[Vectors, float, str] | None = None
+        self._traffic: Counter[tuple[float, str]] = Counter()
+        self._changes: deque[tuple[float, str, str]] = deque(maxlen=PENDING_TESTS)
+        self.current: set[str] = set()  # the representations of recent traffic, tracked ones
         self._window_written = -math.inf
         self._retry_at = -math.inf
         self._prune_again_at = -math.inf
@@ -88,36 +97,69 @@ class StateWriter:
 
     # --- reads -----------------------------------------------------------------------------
 
-    def stored_reference(self) -> Reference | None:
-        """The active stored reference; None without a state file or when it cannot be read."""
+    def stored_reference(self, representation: str) -> Reference | None:
+        """The active stored reference of ``representation``; None without a state file or
+        when it cannot be read."""
         if self.store is None and not self.path.exists():
             return None  # a state file is created only when there is something to keep
-        return self._run(lambda store: store.reference(), write=False)
+        return self._run(lambda store: store.reference(representation=representation), write=False)
 
-    def replaced_reference(self) -> Reference | None:
-        """A reference stored by ``drift set-reference`` since ours, if any."""
+    def recent_representations(self) -> set[str]:
+        """The representations current at the last write (none without a file): a change
+        after a restart is one not among them."""
+        if self.store is None and not self.path.exists():
+            return set()
+        return self._run(lambda store: store.recent_representations(), write=False) or set()
+
+    def replaced_reference(self, representation: str) -> Reference | None:
+        """A reference of ``representation`` stored by ``drift set-reference`` since ours."""
         self.flush()
-        if self._unwritten_reference or self.reference_id is None or self.store is None:
+        ours = self.reference_ids.get(representation)
+        if representation in self._unwritten or ours is None or self.store is None:
             return None
-        active = self._run(lambda store: store.active_reference_id(), write=False)
-        if active is None or active == self.reference_id:
+        active = self._run(lambda store: store.active_reference_id(representation), write=False)
+        if active is None or active == ours:
             return None
-        return self._run(lambda store: store.reference(), write=False)
+        return self._run(lambda store: store.reference(active), write=False)
 
     # --- writes ----------------------------------------------------------------------------
 
     def use_reference(
-        self, vectors: Vectors, texts: list[str | None] | None, stored_id: int | None
+        self,
+        representation: str,
+        vectors: Vectors,
+        texts: list[str | None] | None,
+        stored_id: int | None,
     ) -> None:
         """The reference in use: read from the store (``stored_id``) or new, to be written."""
-        self._in_use = (vectors, texts)
-        self.reference_id = stored_id
-        self._unwritten_reference = stored_id is None
+        self._in_use[representation] = (vectors, texts)
+        if stored_id is None:
+            self._unwritten.add(representation)
+            self.reference_ids.pop(representation, None)
+        else:
+            self._unwritten.discard(representation)
+            self.reference_ids[representation] = stored_id
+            self._run(lambda store: store.touch_reference(stored_id, self.clock()), write=True)
         self.flush()
+
+    def forget(self, representation: str) -> None:
+        """A representation no longer tracked: its reference stays only in the store."""
+        self._in_use.pop(representation, None)
+        self._unwritten.discard(representation)
+
+    def count(self, representation: str, at: float) -> None:
+        """One vector of ``representation`` at ``at``, for the hourly traffic counts."""
+        self._traffic[(at // 3600 * 3600, representation)] += 1
+
+    def add_change(self, at: float, old: str, new: str) -> None:
+        """Keep a change for the next write (a reference or a test): a producer cycling
+        through model names must not cost a write each."""
+        self._changes.append((at, old, new))
 
     def add_test(
         self,
         result: DriftResult,
+        representation: str,
         *,
         span: tuple[float, float],
         sample: Vectors,
@@ -126,12 +168,12 @@ class StateWriter:
         now: float,
     ) -> None:
         """Keep a test record (and the tested window) and write what waits."""
-        self._tests.append(PendingTest(result, span, sample, texts, now))
+        self._tests.append(PendingTest(result, representation, span, sample, texts, now))
         if len(self._tests) > PENDING_SAMPLES:  # older waiting records keep no vectors
             index = len(self._tests) - PENDING_SAMPLES - 1
             self._tests[index] = replace(self._tests[index], sample=None, texts=[])
         if window is not None:
-            self._window = (window, now)
+            self._window = (window, now, representation)
         self.flush()
 
     def flush(self, *, final: bool = False) -> None:
@@ -140,7 +182,7 @@ class StateWriter:
         window_due = self._window is not None and (
             final or now - self._window_written >= WINDOW_EVERY_S
         )
-        if not (self._unwritten_reference or self._tests or window_due):
+        if not (self._unwritten or self._tests or window_due or self._changes):
             return
         self._make_room(self._incoming_bytes(window_due), now)
         if self._run(lambda store: self._write(store, window_due), write=True) and window_due:
@@ -153,25 +195,34 @@ class StateWriter:
         self._close_store()
 
     def _write(self, store: DriftStore, window_due: bool) -> bool:
-        if self._unwritten_reference and self._in_use is not None:
-            vectors, texts = self._in_use
-            self.reference_id = store.set_reference(
-                vectors, "first_traffic", self.representation, texts
+        for representation in sorted(self._unwritten):
+            vectors, texts = self._in_use[representation]
+            self.reference_ids[representation] = store.set_reference(
+                vectors, "first_traffic", representation, texts, created=self.clock()
             )
-            self._unwritten_reference = False
+            self._unwritten.discard(representation)
+            store.keep_representations(self.keep)
         while self._tests:
             test = self._tests[0]
             store.add_test(
                 test.result,
-                self.reference_id or 0,
+                self.reference_ids.get(test.representation, 0),
                 window_span=test.span,
                 sample=test.sample if test.sample is not None else [],
                 sample_texts=test.texts,
                 now=test.time,
+                representation=test.representation,
             )
             self._tests.popleft()
+        while self._changes:
+            store.add_change(*self._changes[0])
+            self._changes.popleft()
+        store.add_traffic(self._traffic)
+        self._traffic.clear()
+        store.set_current(self.current)
         if window_due and self._window is not None:
-            store.save_window(self._window[0], now=self._window[1])
+            vectors, at, representation = self._window
+            store.save_window(vectors, representation, now=at)
             self._window = None
         store.checkpoint()  # the WAL goes back to 0 bytes at rest
         return True
@@ -179,8 +230,9 @@ class StateWriter:
     def _incoming_bytes(self, window_due: bool) -> int:
         """float32 bytes of what waits to be written."""
         values = sum(t.sample.size for t in self._tests if t.sample is not None)
-        if self._unwritten_reference and self._in_use is not None:
-            values += 2 * self._in_use[0].size  # the reference and, at most as large, its probes
+        for representation in self._unwritten:
+            # The reference and, at most as large, its probes.
+            values += 2 * self._in_use[representation][0].size
         if window_due and self._window is not None:
             values += self._window[0].size
         return 4 * values
@@ -251,8 +303,8 @@ class StateWriter:
             except OSError as move_error:
                 error = move_error
             else:
-                # The new file must hold the reference in use, or the next start rebuilds it.
-                self._unwritten_reference = self._in_use is not None
+                # The new file must hold the references in use, or the next start rebuilds them.
+                self._unwritten = set(self._in_use)
                 return True
         self.state.write_failed(FILE_NAME, error)
         self._retry_at = now + RETRY_S

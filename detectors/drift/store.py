@@ -1,4 +1,5 @@
-"""The drift state in ``service.state_dir``: reference, probe set, test history, samples (SQLite).
+"""The drift state in ``service.state_dir``: references, probe set, test history, samples,
+and the traffic of each representation (SQLite).
 
 One file, ``drift.sqlite3``, written by the detector's worker thread and read
 by ``rag-monitor report drift`` and ``rag-monitor drift set-reference`` (WAL
@@ -10,6 +11,10 @@ subsample of at most ``SAMPLES_PER_HOUR`` of them, so the report's clusters get
 a few thousand vectors a week whatever the traffic; tests and samples older
 than ``RETENTION_DAYS`` are pruned (the weekly report needs a week, a month of
 history lets it compare weeks); ``shrink`` fits the files into a byte budget.
+
+References are versioned: one is active per representation (the embedding model of its
+vectors), earlier ones stay for ``drift set-reference --snapshot``, and only the
+references of the ``keep`` most recently used representations are kept.
 """
 
 from __future__ import annotations
@@ -35,8 +40,16 @@ from detectors.drift.database import (
     shrink,
 )
 from detectors.drift.result import DriftResult
+from detectors.drift.traffic import RepresentationLog
 
-__all__ = ["FILE_NAME", "SAMPLES_PER_HOUR", "DriftStore", "Reference", "TestRecord"]
+__all__ = [
+    "FILE_NAME",
+    "SAMPLES_PER_HOUR",
+    "DriftStore",
+    "Reference",
+    "ReferenceInfo",
+    "TestRecord",
+]
 
 RETENTION_DAYS = 35
 PROBES = 64  # pinned from the first reference, for neighbour stability
@@ -58,6 +71,19 @@ class Reference:
 
 
 @dataclass(frozen=True)
+class ReferenceInfo:
+    """A stored reference without its vectors, as ``drift references`` lists it."""
+
+    id: int
+    created: float
+    source: str
+    representation: str
+    size: int
+    dim: int
+    active: bool
+
+
+@dataclass(frozen=True)
 class TestRecord:
     """One row of the history."""
 
@@ -69,6 +95,7 @@ class TestRecord:
     threshold: float | None
     is_drift: bool
     n_window: int
+    representation: str | None = None
 
 
 def _blob(vectors: npt.ArrayLike) -> bytes:
@@ -79,7 +106,7 @@ def _vectors(blob: bytes, dim: int) -> Float32:
     return np.frombuffer(blob, dtype=np.float32).reshape(-1, dim).copy()
 
 
-class DriftStore:
+class DriftStore(RepresentationLog):
     """Reads and writes the drift state; one instance per thread.
 
     ``max_bytes`` (the store's share of ``service.state_max_bytes``) sizes the WAL;
@@ -131,49 +158,78 @@ class DriftStore:
         texts: Sequence[str | None] | None = None,
         created: float | None = None,
     ) -> int:
-        """Store ``vectors`` as the active reference; pin the probe set if there is none."""
+        """Store ``vectors`` as the active reference of ``representation`` (the one before
+        stays, inactive); pin the probe set if there is none."""
         array = np.asarray(vectors, dtype=np.float32)
         if array.ndim != 2 or len(array) < 2:
             raise ValueError("a reference needs at least two vectors of one dimension")
         if not np.isfinite(array).all():
             raise ValueError("a reference must not contain NaN or infinite values")
+        created = time.time() if created is None else created
         with self._db:
-            self._db.execute("UPDATE reference SET active = 0")
+            self._db.execute(
+                "UPDATE reference SET active = 0 WHERE representation = ?", (representation,)
+            )
             cursor = self._db.execute(
                 "INSERT INTO reference (created, source, representation, dim, n, vectors, texts,"
-                " active) VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
+                " active, last_used) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
                 (
-                    time.time() if created is None else created,
+                    created,
                     source,
                     representation,
                     array.shape[1],
                     len(array),
                     _blob(array),
                     None if texts is None else json.dumps(list(texts)),
+                    created,
                 ),
             )
             reference_id = int(cursor.lastrowid or 0)
             if self._db.execute("SELECT COUNT(*) FROM probes").fetchone()[0] == 0:
                 picked = np.random.default_rng(reference_id).permutation(len(array))[:PROBES]
                 self._db.executemany(
-                    "INSERT INTO probes (reference_id, vector, text) VALUES (?, ?, ?)",
+                    "INSERT INTO probes (reference_id, vector, text, representation)"
+                    " VALUES (?, ?, ?, ?)",
                     [
-                        (reference_id, _blob(array[i]), None if texts is None else texts[i])
+                        (
+                            reference_id,
+                            _blob(array[i]),
+                            None if texts is None else texts[i],
+                            representation,
+                        )
                         for i in sorted(picked)
                     ],
                 )
         return reference_id
 
-    def active_reference_id(self) -> int | None:
-        row = self._db.execute("SELECT id FROM reference WHERE active = 1").fetchone()
+    def activate(self, reference_id: int) -> Reference:
+        """Make a stored reference the active one of its representation again."""
+        found = self.reference(reference_id)
+        if found is None:
+            raise ValueError(f"no stored reference {reference_id} (see `drift references`)")
+        with self._db:
+            self._db.execute(
+                "UPDATE reference SET active = (id = ?), last_used = ? WHERE representation = ?",
+                (reference_id, time.time(), found.representation),
+            )
+        return found
+
+    def active_reference_id(self, representation: str) -> int | None:
+        row = self._db.execute(
+            "SELECT id FROM reference WHERE active = 1 AND representation = ?", (representation,)
+        ).fetchone()
         return None if row is None else int(row[0])
 
-    def reference(self, reference_id: int | None = None) -> Reference | None:
-        """The active reference, or the one with ``reference_id``."""
+    def reference(
+        self, reference_id: int | None = None, representation: str | None = None
+    ) -> Reference | None:
+        """The reference with ``reference_id``, else the active one of ``representation``,
+        else the newest active one."""
         row = self._db.execute(
             "SELECT id, created, source, representation, dim, vectors, texts FROM reference"
-            " WHERE (? IS NULL AND active = 1) OR id = ?",
-            (reference_id, reference_id),
+            " WHERE id = ?1 OR (?1 IS NULL AND active = 1 AND coalesce(?2, representation)"
+            " = representation) ORDER BY id = ?1 DESC, id DESC LIMIT 1",
+            (reference_id, representation),
         ).fetchone()
         if row is None:
             return None
@@ -187,19 +243,35 @@ class DriftStore:
             None if texts is None else json.loads(texts),
         )
 
-    def references(self) -> list[tuple[int, float, str, str]]:
-        """Every reference as (id, created, source, representation), oldest first."""
+    def references(self) -> list[ReferenceInfo]:
+        """Every stored reference, oldest first."""
         rows = self._db.execute(
-            "SELECT id, created, source, representation FROM reference ORDER BY id"
+            "SELECT id, created, source, representation, n, dim, active FROM reference ORDER BY id"
         ).fetchall()
-        return [(int(i), float(c), str(s), str(r)) for i, c, s, r in rows]
+        return [
+            ReferenceInfo(int(i), float(c), str(s), str(r), int(n), int(d), bool(a))
+            for i, c, s, r, n, d, a in rows
+        ]
 
-    def probes(self) -> tuple[Float32, list[str | None]]:
-        rows = self._db.execute("SELECT vector, text FROM probes ORDER BY id").fetchall()
+    def keep_representations(self, keep: int) -> int:
+        """Delete the references of all but the ``keep`` most recently used representations;
+        references deleted."""
+        with self._db:
+            return self._db.execute(
+                "DELETE FROM reference WHERE representation NOT IN (SELECT representation FROM"
+                " reference GROUP BY representation ORDER BY MAX(last_used) DESC LIMIT ?)",
+                (keep,),
+            ).rowcount
+
+    def probes(self) -> tuple[Float32, list[str | None], str | None]:
+        """The pinned probe set: vectors, texts and their representation."""
+        rows = self._db.execute(
+            "SELECT vector, text, representation FROM probes ORDER BY id"
+        ).fetchall()
         if not rows:
-            return np.empty((0, 0), dtype=np.float32), []
-        vectors = np.stack([np.frombuffer(blob, dtype=np.float32) for blob, _ in rows])
-        return vectors, [text for _, text in rows]
+            return np.empty((0, 0), dtype=np.float32), [], None
+        vectors = np.stack([np.frombuffer(blob, dtype=np.float32) for blob, _, _ in rows])
+        return vectors, [text for _, text, _ in rows], rows[0][2]
 
     # --- history ---------------------------------------------------------------------------
 
@@ -212,6 +284,7 @@ class DriftStore:
         sample: npt.ArrayLike,
         sample_texts: Sequence[str | None],
         now: float | None = None,
+        representation: str | None = None,
     ) -> int:
         """Append one test and a random sample of the vectors that arrived since the previous
         one; the sample joins its hour's subsample, which keeps ``SAMPLES_PER_HOUR``."""
@@ -220,8 +293,8 @@ class DriftStore:
         with self._db:
             cursor = self._db.execute(
                 "INSERT INTO tests (time, reference_id, backend, n_reference, n_window, statistic,"
-                " p_value, threshold, sigma, is_drift, window_start, window_end)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " p_value, threshold, sigma, is_drift, window_start, window_end, representation)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     now,
                     reference_id,
@@ -235,9 +308,11 @@ class DriftStore:
                     int(result.is_drift),
                     start,
                     end,
+                    representation,
                 ),
             )
             test_id = int(cursor.lastrowid or 0)
+            self._db.execute("UPDATE reference SET last_used = ? WHERE id = ?", (now, reference_id))
             self._add_samples(test_id, now, sample, sample_texts)
         if now - self._last_prune > _PRUNE_EVERY_S:
             self.prune(now - RETENTION_DAYS * 86400.0)
@@ -268,28 +343,32 @@ class DriftStore:
             self._db.execute(TRIM_HOUR, (hour, hour, SAMPLES_PER_HOUR - 1))
 
     def prune(self, before: float) -> None:
-        """Delete tests and samples older than ``before`` (the retention)."""
+        """Delete tests, samples, traffic counts and changes older than ``before``."""
         with self._db:
-            self._db.execute("DELETE FROM tests WHERE time < ?", (before,))
-            self._db.execute("DELETE FROM samples WHERE time < ?", (before,))
+            for table in ("tests", "samples", "traffic", "changes"):
+                self._db.execute(f"DELETE FROM {table} WHERE time < ?", (before,))  # noqa: S608
         release(self._db)
 
     def tests(self, since: float, until: float | None = None) -> list[TestRecord]:
         rows = self._db.execute(
-            "SELECT time, reference_id, backend, statistic, p_value, threshold, is_drift, n_window"
-            " FROM tests WHERE time >= ? AND time <= ? ORDER BY time",
+            "SELECT time, reference_id, backend, statistic, p_value, threshold, is_drift,"
+            " n_window, representation FROM tests WHERE time >= ? AND time <= ? ORDER BY time",
             (since, float("inf") if until is None else until),
         ).fetchall()
         return [
-            TestRecord(float(t), int(r), str(b), float(s), p, th, bool(d), int(n))
-            for t, r, b, s, p, th, d, n in rows
+            TestRecord(float(t), int(r), str(b), float(s), p, th, bool(d), int(n), rep)
+            for t, r, b, s, p, th, d, n, rep in rows
         ]
 
-    def samples(self, since: float, until: float | None = None) -> tuple[Float32, list[str | None]]:
-        """Sampled vectors (and texts, when kept) of the tests in the period."""
+    def samples(
+        self, since: float, until: float | None = None, representation: str | None = None
+    ) -> tuple[Float32, list[str | None]]:
+        """Sampled vectors (and texts, when kept) of the tests in the period, of one
+        representation when it is given."""
         rows = self._db.execute(
-            "SELECT vector, text FROM samples WHERE time >= ? AND time <= ? ORDER BY time",
-            (since, float("inf") if until is None else until),
+            "SELECT vector, text FROM samples WHERE time >= ? AND time <= ? AND (? IS NULL OR"
+            " test_id IN (SELECT id FROM tests WHERE representation = ?)) ORDER BY time",
+            (since, float("inf") if until is None else until, representation, representation),
         ).fetchall()
         if not rows:
             return np.empty((0, 0), dtype=np.float32), []
@@ -300,14 +379,20 @@ class DriftStore:
 
     # --- the latest tested window, for set-reference --------------------------------------
 
-    def save_window(self, vectors: npt.ArrayLike, now: float | None = None) -> None:
+    def save_window(
+        self, vectors: npt.ArrayLike, representation: str, now: float | None = None
+    ) -> None:
         array = np.asarray(vectors, dtype=np.float32)
         with self._db:
             self._db.execute(
-                "INSERT OR REPLACE INTO latest_window (id, time, dim, vectors) VALUES (1, ?, ?, ?)",
-                (time.time() if now is None else now, array.shape[1], _blob(array)),
+                "INSERT OR REPLACE INTO latest_window (id, time, dim, vectors, representation)"
+                " VALUES (1, ?, ?, ?, ?)",
+                (time.time() if now is None else now, array.shape[1], _blob(array), representation),
             )
 
-    def latest_window(self) -> Float32 | None:
-        row = self._db.execute("SELECT dim, vectors FROM latest_window WHERE id = 1").fetchone()
-        return None if row is None else _vectors(row[1], int(row[0]))
+    def latest_window(self) -> tuple[Float32, str] | None:
+        """The last tested window and its representation."""
+        row = self._db.execute(
+            "SELECT dim, vectors, representation FROM latest_window WHERE id = 1"
+        ).fetchone()
+        return None if row is None else (_vectors(row[1], int(row[0])), str(row[2]))

@@ -7,6 +7,7 @@ when configured, to Phoenix as span annotations.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import ClassVar, get_args
 
@@ -31,6 +32,7 @@ from monitor.config import PhoenixConfig
 from monitor.metrics import detector_up
 from monitor.sampler import Sampler
 from monitor.trace import Event, JudgeScore, RagTrace
+from monitor.variants import ByVariant, variant_of
 
 log = structlog.get_logger("rag_monitor.faithfulness")
 
@@ -42,25 +44,31 @@ class FaithfulnessMetrics:
     """The faithfulness metrics (README, "Faithfulness"), plus the model's own counters."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.score = Histogram(
+        score = Histogram(
             FAITHFULNESS_SCORE,
             "HHEM score of sampled answers (P(consistent); sentence granularity: the share "
-            "of supported sentences).",
+            "of supported sentences), by variant.",
+            ["variant"],
             buckets=SCORE_BUCKETS,
             registry=registry,
         )
+        self.score = ByVariant(score.labels)
         evaluations = Counter(
             EVALUATIONS_TOTAL,
-            "Sampled answers by outcome: scored, no_claims (empty), refusal, error.",
-            ["outcome"],
+            "Sampled answers by outcome (scored, no_claims (empty), refusal, error) and variant.",
+            ["outcome", "variant"],
             registry=registry,
         )
-        self.evaluations = {o: evaluations.labels(o) for o in get_args(Outcome)}
-        self.below_threshold = Counter(
+        self.evaluations = {
+            o: ByVariant(functools.partial(evaluations.labels, o)) for o in get_args(Outcome)
+        }
+        below_threshold = Counter(
             BELOW_THRESHOLD_TOTAL,
-            "Scored answers below detectors.faithfulness.threshold.",
+            "Scored answers below detectors.faithfulness.threshold, by variant.",
+            ["variant"],
             registry=registry,
         )
+        self.below_threshold = ByVariant(below_threshold.labels)
         self.truncated = Counter(
             "rag_faithfulness_truncated",
             "Scored answers whose premise was cut to max_premise_tokens.",
@@ -112,6 +120,7 @@ class FaithfulnessDetector:
             always_sample=config.always_sample,
             max_per_second=config.max_per_second,
             queue_size=queue_size,
+            min_per_hour=config.min_scored_per_hour,
         )
         self.worker = worker or ScoringWorker(
             config, self.sampler.queue, self._record, self._state, self._stats, registry=registry
@@ -155,13 +164,14 @@ class FaithfulnessDetector:
         self.metrics.cache_hits.inc(stats.cache_hits)
 
     def _record(self, evaluation: Evaluation) -> None:
-        self.metrics.evaluations[evaluation.outcome].inc()
+        variant = variant_of(evaluation.trace)
+        self.metrics.evaluations[evaluation.outcome][variant].inc()
         if evaluation.outcome != "scored" or evaluation.score is None:
             return
         score = evaluation.score
-        self.metrics.score.observe(score)
+        self.metrics.score[variant].observe(score)
         if score < self.config.threshold:
-            self.metrics.below_threshold.inc()
+            self.metrics.below_threshold[variant].inc()
         if evaluation.truncated:
             self.metrics.truncated.inc()
         if self._emit is not None:

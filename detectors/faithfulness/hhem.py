@@ -12,15 +12,21 @@ scores a (premise, hypothesis) pair the way the checkpoint's ``predict``
 does: the prompt filled with both texts, right-padded, the logits of the
 first position, softmax, the probability of class 1 (consistent).
 
+Batches are sorted by token length and cut into micro-batches padded only to
+their own longest pair, so short pairs do not pay for long ones; scores come
+back in the order the pairs were given. On a GPU this is what makes batching
+pay (``device: cuda``); on a CPU one pair at a time is as fast.
+
 Resolving the files needs no torch, so a missing model is reported without
 loading any heavy library.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -28,7 +34,10 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     import torch
 
-Precision = Literal["fp32", "bf16", "int8"]
+# bf16_autocast: the encoder's matrix products in bf16, its layer norms (T5 computes them
+# in fp32 against fp32 weights) and the classifier in fp32; bf16: every weight in bf16;
+# int8: dynamically quantized Linear layers (cpu only); onnx: ONNX Runtime in fp32 (cpu only).
+Precision = Literal["fp32", "bf16_autocast", "bf16", "int8", "onnx"]
 
 HHEM_REPO = "vectara/hallucination_evaluation_model"
 DEFAULT_FOUNDATION = "google/flan-t5-base"
@@ -46,6 +55,9 @@ DEFAULT_PROMPT = (
 )
 WEIGHT_PREFIX = "t5."
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+# A micro-batch grows only while its padding stays under this share of its positions:
+# padded positions cost as much as real ones.
+MAX_PADDING_SHARE = 0.2
 FETCH_COMMAND = "rag-monitor models fetch"
 FETCH_HINT = (
     f"on a machine with internet access run `{FETCH_COMMAND}` (add --config FILE and "
@@ -152,7 +164,6 @@ class HhemScorer:
 
         self.checkpoint = checkpoint
         self.device = torch.device(device)
-        self.precision = precision
         self.max_premise_tokens = max_premise_tokens
         foundation = str(checkpoint.foundation)
         self.tokenizer = AutoTokenizer.from_pretrained(foundation)  # type: ignore[no-untyped-call]
@@ -162,7 +173,22 @@ class HhemScorer:
         model = T5ForTokenClassification(config)
         model.load_state_dict(load_classifier_weights(checkpoint.weights), strict=True)
         model.eval()  # type: ignore[no-untyped-call]
+        self.precision = precision
         self.model: torch.nn.Module = apply_precision(model, precision).to(self.device)
+        self._session = _onnx_session(self.model) if precision == "onnx" else None
+
+    def converted(self, precision: Precision) -> HhemScorer:
+        """This fp32 scorer in another precision; it shares the tokenizer, and for
+        ``bf16_autocast`` and ``onnx`` the torch weights too (bf16 and int8 convert a copy;
+        ONNX Runtime holds its own)."""
+        if self.precision != "fp32":
+            raise ValueError(f"only an fp32 scorer converts; this one is {self.precision}")
+        other = copy.copy(self)
+        other.precision = precision
+        if precision in ("bf16", "int8"):
+            other.model = apply_precision(copy.deepcopy(self.model), precision)
+        other._session = _onnx_session(self.model) if precision == "onnx" else None
+        return other
 
     def prepare(self, premise: str, hypothesis: str) -> PreparedPair:
         """Fill the prompt and tokenize it; a premise over the token budget is cut at its end."""
@@ -186,20 +212,78 @@ class HhemScorer:
         for row, pair in enumerate(pairs):
             ids[row, : len(pair.input_ids)] = torch.tensor(pair.input_ids, dtype=torch.long)
             mask[row, : len(pair.input_ids)] = 1
+        if self.device.type == "cuda":  # pinned: the copy to the GPU need not wait
+            ids, mask = ids.pin_memory(), mask.pin_memory()
         with torch.inference_mode():
-            logits = self.model(
-                input_ids=ids.to(self.device), attention_mask=mask.to(self.device)
-            ).logits
-            probabilities = torch.softmax(logits[:, 0, :].float(), dim=-1)[:, 1]
+            logits = self._first_position_logits(
+                ids.to(self.device, non_blocking=True), mask.to(self.device, non_blocking=True)
+            )
+            probabilities = torch.softmax(logits.float(), dim=-1)[:, 1]
         return [float(p) for p in probabilities.cpu()]
 
-    def score(self, pairs: Sequence[tuple[str, str]], batch_size: int = 1) -> list[float]:
-        """Score (premise, hypothesis) pairs, ``batch_size`` pairs per forward pass."""
-        prepared = [self.prepare(premise, hypothesis) for premise, hypothesis in pairs]
-        scores: list[float] = []
-        for start in range(0, len(prepared), batch_size):
-            scores.extend(self.score_prepared(prepared[start : start + batch_size]))
+    def score_batched(
+        self,
+        pairs: Sequence[PreparedPair],
+        batch_size: int,
+        *,
+        before_batch: Callable[[], None] = lambda: None,
+    ) -> list[float]:
+        """Scores of ``pairs`` in their order, computed in length-sorted micro-batches of at
+        most ``batch_size``, each padded to its own longest pair; ``before_batch`` runs
+        before each forward pass (a stop check may raise there)."""
+        scores = [0.0] * len(pairs)
+        for indices in length_batches(pairs, batch_size):
+            before_batch()
+            batch = self.score_prepared([pairs[i] for i in indices])
+            for index, score in zip(indices, batch, strict=True):
+                scores[index] = score
         return scores
+
+    def score(self, pairs: Sequence[tuple[str, str]], batch_size: int = 1) -> list[float]:
+        """Score (premise, hypothesis) pairs, ``batch_size`` pairs per forward pass at most."""
+        prepared = [self.prepare(premise, hypothesis) for premise, hypothesis in pairs]
+        return self.score_batched(prepared, batch_size)
+
+    def _first_position_logits(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """T5ForTokenClassification's logits at position 0 (dropout is off in eval), the
+        only position HHEM reads; under bf16_autocast the classifier runs outside it."""
+        import torch
+
+        if self._session is not None:
+            from detectors.faithfulness.onnx_runtime import session_logits
+
+            return session_logits(self._session, ids, mask)
+        model: Any = self.model
+        autocast = self.precision == "bf16_autocast"
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=autocast):
+            states = model.transformer(input_ids=ids, attention_mask=mask).last_hidden_state
+        first = states[:, 0, :]
+        logits: torch.Tensor = model.classifier(first.float() if autocast else first)
+        return logits
+
+
+def length_batches(
+    pairs: Sequence[PreparedPair], batch_size: int, max_padding_share: float = MAX_PADDING_SHARE
+) -> list[list[int]]:
+    """Indices of ``pairs`` grouped into batches: sorted by length, at most ``batch_size``
+    each, cut early where the padding would pass ``max_padding_share`` of the real tokens."""
+    order = sorted(range(len(pairs)), key=lambda i: len(pairs[i].input_ids))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    real = 0
+    for index in order:
+        length = len(pairs[index].input_ids)
+        padded = length * (len(current) + 1)  # sorted: this pair is the longest so far
+        if current and (
+            len(current) >= batch_size or padded - (real + length) > max_padding_share * padded
+        ):
+            batches.append(current)
+            current, real = [], 0
+        current.append(index)
+        real += length
+    if current:
+        batches.append(current)
+    return batches
 
 
 def load_classifier_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -232,7 +316,8 @@ def load_classifier_weights(path: Path) -> dict[str, torch.Tensor]:
 
 
 def apply_precision(model: torch.nn.Module, precision: Precision) -> torch.nn.Module:
-    """Cast to bf16, or replace Linear layers with dynamic int8 ones (cpu); fp32 unchanged."""
+    """Cast to bf16, or replace Linear layers with dynamic int8 ones (cpu), in place for
+    bf16; fp32 and bf16_autocast (applied in the forward pass) leave the model as it is."""
     import torch
 
     if precision == "bf16":
@@ -251,10 +336,19 @@ def apply_precision(model: torch.nn.Module, precision: Precision) -> torch.nn.Mo
     return model
 
 
-def set_threads(threads: int | None) -> None:
-    """Torch's intra-op threads; None keeps torch's default (the machine's cores)."""
-    if threads is None:
-        return
+def _onnx_session(model: torch.nn.Module) -> Any:
+    from detectors.faithfulness.onnx_runtime import onnx_session
+
+    return onnx_session(model)
+
+
+def set_threads(threads: int | None) -> int:
+    """Set torch's intra-op threads; None means the cores the sidecar may use (its CPU
+    affinity capped by its cgroup CPU quota, ``cores.py``). Returns the count set."""
     import torch
 
-    torch.set_num_threads(threads)
+    from detectors.faithfulness.cores import allowed_cores
+
+    count = threads or allowed_cores()
+    torch.set_num_threads(count)
+    return count

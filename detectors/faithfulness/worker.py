@@ -1,8 +1,9 @@
 """The scoring worker: one thread that owns the HHEM model and turns sampled traces into
 evaluations.
 
-It loads the model on its own thread (the sidecar serves while it loads),
-then takes up to ``batch_size`` sampled traces at a time, waiting at most
+It loads the model on its own thread (the sidecar serves while it loads; with
+``precision: auto`` it also measures the candidate precisions there, see
+``precision.py``), then takes up to ``batch_size`` sampled traces at a time, waiting at most
 ``MAX_BATCH_WAIT_S`` for a batch to fill. Answers without claims and refusals
 are settled without the model. The remaining (premise, hypothesis) pairs are
 looked up in an LRU cache, tokenized, sorted by length and scored in batches
@@ -14,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import queue
 import re
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -21,16 +23,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import structlog
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.hhem import (
     HhemScorer,
     ModelMissingError,
     PreparedPair,
+    length_batches,
     read_checkpoint,
     set_threads,
 )
+from detectors.faithfulness.precision import CalibrationCancelled, calibrate
 from monitor.sampler import Sampled
 from monitor.trace import RagTrace
 from monitor.worker import Worker
@@ -47,9 +51,6 @@ MAX_BATCH_WAIT_S = 0.05
 # Stop waits this long for the batch in progress; what is still queued is not scored.
 STOP_TIMEOUT_S = 30.0
 STALL_S = 120.0  # one batch on a CPU may take seconds; loading the model is not counted
-# A batch grows only while its padding stays under this share of its real tokens:
-# padded positions cost as much as real ones.
-MAX_PADDING_SHARE = 0.2
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'"})
 
@@ -117,30 +118,6 @@ class ScoreCache:
         return len(self._entries)
 
 
-def length_batches(
-    pairs: Sequence[PreparedPair], batch_size: int, max_padding_share: float = MAX_PADDING_SHARE
-) -> list[list[int]]:
-    """Indices of ``pairs`` grouped into batches: sorted by length, at most ``batch_size``
-    each, cut early where the padding would pass ``max_padding_share`` of the real tokens."""
-    order = sorted(range(len(pairs)), key=lambda i: len(pairs[i].input_ids))
-    batches: list[list[int]] = []
-    current: list[int] = []
-    real = 0
-    for index in order:
-        length = len(pairs[index].input_ids)
-        padded = length * (len(current) + 1)  # sorted: this pair is the longest so far
-        if current and (
-            len(current) >= batch_size or padded - (real + length) > max_padding_share * padded
-        ):
-            batches.append(current)
-            current, real = [], 0
-        current.append(index)
-        real += length
-    if current:
-        batches.append(current)
-    return batches
-
-
 @dataclass
 class _Job:
     sampled: Sampled
@@ -173,6 +150,14 @@ class ScoringWorker:
         self._batch_size = config.batch_size or (1 if config.device.startswith("cpu") else 8)
         self._logged_failure = False
         self._scorer: HhemScorer | None = None
+        self._stopping = threading.Event()  # cuts a calibration short
+        self._precision_info = Gauge(
+            "rag_faithfulness_precision_info",
+            "1 for the precision the HHEM model runs in (chosen by measurement when "
+            "detectors.faithfulness.precision is auto); absent until the model is loaded.",
+            ["precision"],
+            registry=registry,
+        )
         self.state: WorkerState = "loading"
         self._worker: Worker[Sampled] = Worker(
             "faithfulness",
@@ -195,6 +180,7 @@ class ScoringWorker:
     def shutdown(self) -> None:
         """Stop after the batch in progress; what is still queued is not scored but counted
         dropped. Safe twice."""
+        self._stopping.set()
         self._worker.stop()
 
     @property
@@ -296,12 +282,31 @@ class ScoringWorker:
 
     def _load_scorer(self, checkpoint: HhemCheckpoint) -> HhemScorer:
         set_threads(self._config.threads)
-        return HhemScorer(
+        precision = self._config.precision
+        scorer = HhemScorer(
             checkpoint,
             device=self._config.device,
-            precision=self._config.precision,
+            precision="fp32" if precision == "auto" else precision,
             max_premise_tokens=self._config.max_premise_tokens,
         )
+        if precision != "auto":
+            return scorer
+        started = time.perf_counter()
+        scorer, choice = calibrate(
+            scorer,
+            threshold=self._config.threshold,
+            tolerance=self._config.precision_tolerance,
+            batch_size=self._batch_size,
+            cancelled=self._stopping.is_set,
+        )
+        log.info(
+            "faithfulness_precision_chosen",
+            **choice.log_fields(),
+            tolerance=self._config.precision_tolerance,
+            threshold=self._config.threshold,
+            seconds=round(time.perf_counter() - started, 2),
+        )
+        return scorer
 
     def _set_state(self, state: WorkerState) -> None:
         self.state = state
@@ -318,16 +323,23 @@ class ScoringWorker:
             log.warning("faithfulness_model_missing", model=model, how_to_fix=str(exc))
             self._set_state("missing")
             return False
+        except CalibrationCancelled:
+            self._set_state("stopped")
+            return False
         except Exception:
             log.exception("faithfulness_model_failed", model=model)
             self._set_state("failed")
             return False
+        import torch
+
+        self._precision_info.labels(self._scorer.precision).set(1)
         log.info(
             "faithfulness_model_loaded",
             model=model,
-            precision=self._config.precision,
+            precision=self._scorer.precision,
             device=self._config.device,
             batch_size=self._batch_size,
+            threads=torch.get_num_threads(),
             seconds=round(time.perf_counter() - started, 2),
         )
         self._set_state("ready")

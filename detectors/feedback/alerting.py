@@ -1,5 +1,7 @@
-"""The feedback detector's rules and panels: the regeneration (re-ask) ratio in a
-control band of its own history (``guardrails.baseline``, ``regeneration_band_sigma``)."""
+"""The feedback detector's rules and panels: the regeneration (re-ask) ratio in a control
+band of its own history (``monitor.control_band``: the same hour of past weeks, the
+binomial width at the window's request count, overdispersion from history, z from the
+ticket budget), on each of ``guardrails.band_windows``."""
 
 from __future__ import annotations
 
@@ -10,88 +12,89 @@ from detectors.feedback.names import (
     FEEDBACK_DWELL_SECONDS,
     FEEDBACK_EVENTS_TOTAL,
     FEEDBACK_THUMBS_DOWN_TOTAL,
-    regeneration_mean,
-    regeneration_ratio,
-    regeneration_stddev,
+    REGENERATION,
 )
 from monitor.components import Panel, Row, RuleFragment
 from monitor.config import GuardrailsConfig
+from monitor.control_band import ControlBand
+from monitor.evidence import derivation, hold_for, window_z
 from monitor.promql import (
-    JOB,
     REQUESTS_TOTAL,
     alert,
     panel_quantile,
     panel_rate,
-    sum_increase,
-    sum_rate,
+    panel_recorded,
+    production,
 )
 
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]
+BAND = ControlBand(
+    hits=production(f'{FEEDBACK_EVENTS_TOTAL}{{kind="regenerate"}}'),
+    events=production(REQUESTS_TOTAL),
+    prefix=REGENERATION,
+)
 
 
 def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
-    """The ratio with its baseline mean and deviation, and the alert outside the band."""
-    window, baseline, sigma = (
-        guardrails.window,
-        guardrails.baseline,
-        guardrails.regeneration_band_sigma,
+    """Per window the band's recordings and the ticket when the ratio leaves the band."""
+    windows = window_z(guardrails, "ticket", guardrails.band_windows, sides=2)
+    recording, alerting = [], []
+    for window, z in windows:
+        recording += BAND.recording(guardrails, window, z)
+        ratio, expected = BAND.ratio(window), BAND.expected(window)
+        alerting.append(
+            alert(
+                guardrails,
+                "RagRegenerationRateAnomalous",
+                f"abs({ratio} - {expected})\n> {BAND.half_width(window)}",
+                severity="ticket",
+                summary="Regeneration rate is outside its control band ({{ $labels.job }})",
+                description=f"Over the last {window}, the share of requests regenerated "
+                f"({ratio}) is {{{{ $value | humanizePercentage }}}} away from what the same "
+                f"hours of the past {guardrails.baseline_weeks} weeks (or, while they are "
+                f"missing, the last {guardrails.baseline}) expect ({expected}): more than the "
+                f"band's half width ({BAND.half_width(window)}), z {z:g} times the binomial "
+                f"deviation at the window's requests ({BAND.count(window)}) and the expected "
+                f"share's ({BAND.expected_count(window)}), times the overdispersion of its "
+                f"history ({BAND.overdispersion(window)}).",
+                for_=hold_for(guardrails),
+                labels={"window": window},
+            )
+        )
+    return RuleFragment(
+        recording=recording,
+        alerting=alerting,
+        promtool_tests=PROMTOOL_TESTS,
+        derivations=derivation(
+            "RagRegenerationRateAnomalous", windows, "two-sided p-chart band (half each side)"
+        ),
     )
-    current = regeneration_ratio(window)
-    mean, stddev = regeneration_mean(window, baseline), regeneration_stddev(window, baseline)
-    regenerations = sum_rate(f'{FEEDBACK_EVENTS_TOTAL}{{kind="regenerate"}}', window)
-    requests = sum_rate(REQUESTS_TOTAL, window)
-    recording = [
-        {
-            # Recorded only for windows with enough requests: thin windows would
-            # widen the baseline band with noise. A job without any regenerate
-            # event yet records 0, not nothing, so the baseline sees quiet periods.
-            "record": current,
-            "expr": f"(\n  {regenerations}\n  or {requests} * 0\n)\n/\n({requests} > 0)\n"
-            f"and on (job)\n{sum_increase(REQUESTS_TOTAL, window)} >= {guardrails.min_events}",
-        },
-        {"record": mean, "expr": f"avg_over_time({current}[{baseline}])"},
-        {"record": stddev, "expr": f"stddev_over_time({current}[{baseline}])"},
-    ]
-    band = f"{sigma:g} * {stddev}"
-    # A zero stddev (no history yet, or a constant series) is no band.
-    anomalous = alert(
-        guardrails,
-        "RagRegenerationRateAnomalous",
-        f"(\n  {current}\n  > on (job) {mean} + {band}\n"
-        f"or\n  {current}\n  < on (job) {mean} - {band}\n"
-        f")\nand on (job)\n{stddev} > 0",
-        severity="ticket",
-        summary="Regeneration rate is outside its control band ({{ $labels.job }})",
-        description=f"{{{{ $value | humanizePercentage }}}} of the requests in the last "
-        f"{window} were regenerated, outside the band of the mean +/- {sigma:g} "
-        f"standard deviations of the last {baseline}.",
-    )
-    return RuleFragment(recording=recording, alerting=[anomalous], promtool_tests=PROMTOOL_TESTS)
 
 
 def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
-    """The ratio in its band (from the recording rules), feedback events by kind,
-    thumbs-down reasons and dwell quantiles."""
-    window, baseline = guardrails.window, guardrails.baseline
-    band_mean = f"sum({regeneration_mean(window, baseline)}{{{JOB}}})"
-    sigma = guardrails.regeneration_band_sigma
-    band_half_width = f"{sigma} * sum({regeneration_stddev(window, baseline)}{{{JOB}}})"
+    """The ratio in its band (from the recording rules), the requests the band rests on,
+    feedback events by kind, thumbs-down reasons and dwell quantiles."""
+    band = []
+    for window in guardrails.band_windows:
+        centre, half = BAND.expected(window), BAND.half_width(window)
+        band += [
+            (panel_recorded(BAND.ratio(window)), f"ratio {window}"),
+            (panel_recorded(centre), f"expected {window}"),
+            (f"{panel_recorded(centre)} + on (job) {half}", f"upper band {window}"),
+            (f"clamp_min({panel_recorded(centre)} - on (job) {half}, 0)", f"lower band {window}"),
+        ]
+    counts = [
+        (panel_recorded(BAND.count(window)), f"requests in {window}")
+        for window in guardrails.band_windows
+    ]
     panels = [
-        Panel(
-            "Regeneration ratio and control band",
-            [
-                (f"sum({regeneration_ratio(window)}{{{JOB}}})", "ratio"),
-                (f"{band_mean} + {band_half_width}", "upper band"),
-                (f"clamp_min({band_mean} - {band_half_width}, 0)", "lower band"),
-            ],
-            unit="percentunit",
-            width=12,
-        ),
+        Panel("Regeneration ratio and control band", band, unit="percentunit", width=12),
+        Panel("Requests per window (the band's evidence)", counts, width=6),
         Panel(
             "Feedback events by kind",
-            [(panel_rate(FEEDBACK_EVENTS_TOTAL, by="kind"), "{{kind}}")],
+            [(panel_rate(FEEDBACK_EVENTS_TOTAL, by="kind", guardrail=True), "{{kind}}")],
             unit="ops",
-            width=12,
+            width=6,
         ),
     ]
     # Implicit kinds are candidate signals (the method, Part 10): shown, not alerted on,
@@ -99,7 +102,7 @@ def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
     signals = [
         Panel(
             "Thumbs-down by reason",
-            [(panel_rate(FEEDBACK_THUMBS_DOWN_TOTAL, by="reason"), "{{reason}}")],
+            [(panel_rate(FEEDBACK_THUMBS_DOWN_TOTAL, by="reason", guardrail=True), "{{reason}}")],
             unit="ops",
             width=12,
         ),

@@ -1,6 +1,8 @@
 """The filter-exclusion detector's rules and panels: relevance filters that drop gold
-documents (``guardrails.false_exclusion_max`` over ``sample_window``), recall@k, and
-the entitlement alarm (a document of another tenant reached a caller)."""
+documents, judged on evidence (the ticket fires when even the lower Wilson bound of the
+false-exclusion ratio is above ``guardrails.false_exclusion_max``, on each of
+``guardrails.sample_windows``), recall@k, and the entitlement alarm (a document of
+another tenant reached a caller)."""
 
 from __future__ import annotations
 
@@ -12,46 +14,71 @@ from detectors.filter_exclusion.names import (
     ENTITLEMENT_VIOLATIONS_TOTAL,
     FALSE_EXCLUSIONS_TOTAL,
     RETRIEVAL_RECALL,
+    eligible_count,
+    false_exclusion_lower_bound,
     false_exclusion_ratio,
 )
 from monitor.components import Panel, Row, RuleFragment
 from monitor.config import GuardrailsConfig
+from monitor.evidence import BoundedShare, confidence, derivation, hold_for, window_z
 from monitor.promql import (
     alert,
-    enough,
     panel_increase,
     panel_rate,
     panel_ratio,
+    panel_recorded,
     percent,
-    ratio,
+    production,
+    recorded_value,
     sum_increase,
-    sum_rate,
 )
 
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]
+FALSE_EXCLUSIONS = BoundedShare(
+    hits=production(FALSE_EXCLUSIONS_TOTAL),
+    events=production(ELIGIBLE_QUERIES_TOTAL),
+    share=false_exclusion_ratio,
+    count=eligible_count,
+    bound=false_exclusion_lower_bound,
+    side="lower",
+)
+
+
+def high_exclusion_alerts(
+    guardrails: GuardrailsConfig, windows: list[tuple[str, float]]
+) -> list[dict[str, Any]]:
+    """RagFilterFalseExclusionHigh per window: the lower bound above the maximum."""
+    maximum = guardrails.false_exclusion_max
+    alerts = []
+    for window, z in windows:
+        labelled = recorded_value(eligible_count(window), ("job",), 'printf "%.0f"')
+        point = recorded_value(false_exclusion_ratio(window), ("job",), "humanizePercentage")
+        alerts.append(
+            alert(
+                guardrails,
+                "RagFilterFalseExclusionHigh",
+                f"{false_exclusion_lower_bound(window)} > {maximum}",
+                severity="ticket",
+                summary="Relevance filters drop gold documents in more than "
+                f"{percent(maximum)} of labelled queries ({{{{ $labels.job }}}})",
+                description=f"Over the last {window}, {point} of {labelled} queries with known "
+                f"gold documents ({false_exclusion_ratio(window)}, {eligible_count(window)}) "
+                "lost one to a relevance filter (locale, recency, category); even the "
+                f"{confidence(z)} lower bound of that ratio, {{{{ $value | humanizePercentage }}}}"
+                f" ({false_exclusion_lower_bound(window)}), is above the guardrail of "
+                f"{percent(maximum)}.",
+                for_=hold_for(guardrails),
+                labels={"window": window},
+            )
+        )
+    return alerts
 
 
 def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
-    """The false-exclusion ratio per job with its alert, and the entitlement page."""
-    window, maximum = guardrails.sample_window, guardrails.false_exclusion_max
-    recorded = false_exclusion_ratio(window)
-    recording = {
-        "record": recorded,
-        "expr": ratio(
-            sum_rate(FALSE_EXCLUSIONS_TOTAL, window), sum_rate(ELIGIBLE_QUERIES_TOTAL, window)
-        ),
-    }
-    high = alert(
-        guardrails,
-        "RagFilterFalseExclusionHigh",
-        f"{recorded} > {maximum}\n" + enough(guardrails, ELIGIBLE_QUERIES_TOTAL, window),
-        severity="ticket",
-        summary=f"Relevance filters drop gold documents in more than {percent(maximum)} of "
-        "labelled queries ({{ $labels.job }})",
-        description=f"Over the last {window}, {{{{ $value | humanizePercentage }}}}"
-        " of the queries with known gold documents lost one to a relevance filter (locale, "
-        f"recency, category); the guardrail is {percent(maximum)}.",
-    )
+    """The false-exclusion ratio, its count and bound per window with its ticket, and the
+    entitlement page."""
+    windows = window_z(guardrails, "ticket", guardrails.sample_windows)
+    recording = [rule for window, z in windows for rule in FALSE_EXCLUSIONS.recording(window, z)]
     violation = alert(
         guardrails,
         "RagEntitlementViolation",
@@ -64,28 +91,50 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
         for_="0s",
     )
     return RuleFragment(
-        recording=[recording], alerting=[high, violation], promtool_tests=PROMTOOL_TESTS
+        recording=recording,
+        alerting=[*high_exclusion_alerts(guardrails, windows), violation],
+        promtool_tests=PROMTOOL_TESTS,
+        derivations=derivation(
+            "RagFilterFalseExclusionHigh", windows, "lower bound of the false-exclusion ratio"
+        ),
     )
 
 
 def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
-    """False-exclusion ratio against the guardrail, mean recall@k, entitlement violations."""
-    eligible = panel_rate(ELIGIBLE_QUERIES_TOTAL)
+    """The false-exclusion ratio beside its lower bound and the guardrail, the labelled
+    queries they rest on, mean recall@k, entitlement violations."""
+    windows = guardrails.sample_windows
+    ratios = [
+        query
+        for window in windows
+        for query in (
+            (panel_recorded(false_exclusion_ratio(window)), f"ratio {window}"),
+            (panel_recorded(false_exclusion_lower_bound(window)), f"lower bound {window}"),
+        )
+    ]
     recall = panel_ratio(
         panel_rate(f"{RETRIEVAL_RECALL}_sum", by="k"),
         panel_rate(f"{RETRIEVAL_RECALL}_count", by="k"),
     )
+    # The raw ratio of the dashboard's $variant beside the production recordings.
+    chosen = panel_ratio(
+        panel_rate(FALSE_EXCLUSIONS_TOTAL, guardrail=True),
+        panel_rate(ELIGIBLE_QUERIES_TOTAL, guardrail=True),
+    )
     panels = [
         Panel(
-            "False-exclusion ratio",
+            "False-exclusion ratio and its lower bound",
             [
-                (
-                    panel_ratio(panel_rate(FALSE_EXCLUSIONS_TOTAL), eligible),
-                    "false exclusions / eligible queries",
-                ),
+                *ratios,
+                (chosen, "ratio ($variant)"),
                 (f"vector({guardrails.false_exclusion_max})", "guardrail"),
             ],
             unit="percentunit",
+            description="The ticket fires when the lower bound is above the guardrail.",
+        ),
+        Panel(
+            "Labelled queries per window (the evidence)",
+            [(panel_recorded(eligible_count(w)), f"labelled in {w}") for w in windows],
         ),
         Panel("Mean recall@k", [(recall, "recall@{{k}}")], unit="percentunit"),
         Panel(

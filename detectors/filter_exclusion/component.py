@@ -11,7 +11,8 @@ from monitor.detector import Detector
 def _build(config: FilterExclusionConfig, context: BuildContext) -> Detector:
     from detectors.filter_exclusion.detector import FilterExclusionDetector
 
-    return FilterExclusionDetector(config, context.registry)
+    # Each decision goes back into the pipeline as an ExclusionOutcome (shadow comparison).
+    return FilterExclusionDetector(config, context.registry, emit=context.emit)
 
 
 COMPONENT = DetectorComponent(

@@ -46,7 +46,8 @@ from detectors.filter_exclusion.scoring import (
     score_query,
 )
 from monitor.detector import InlineDetector
-from monitor.trace import Event, Label, RagTrace
+from monitor.trace import Event, ExclusionOutcome, Label, RagTrace
+from monitor.variants import ByVariant
 
 log = structlog.get_logger("rag_monitor.filter_exclusion")
 
@@ -153,8 +154,10 @@ class FilterExclusionDetector(InlineDetector):
         config: FilterExclusionConfig,
         registry: CollectorRegistry,
         clock: Callable[[], float] = time.monotonic,
+        emit: Callable[[Event], bool] | None = None,
     ) -> None:
         self._recall_k = tuple(config.recall_k)
+        self._emit = emit  # each decision, as an ExclusionOutcome for other detectors
         self._clock = clock
         self._golden = load_golden_set(config.golden_set) if config.golden_set else {}
         ttl, bound = config.join_ttl_s, config.max_pending
@@ -309,15 +312,17 @@ class FilterExclusionDetector(InlineDetector):
             metrics.no_eligible_gold.inc()
             totals["no_eligible_gold"] += 1
             return
-        metrics.eligible_queries.inc()
+        metrics.eligible_queries[evidence.variant].inc()
         metrics.eligible_gold_docs.inc(len(score.eligible_gold))
         metrics.excluded_gold_docs.inc(len(score.excluded_gold))
         totals["eligible_queries"] += 1
         totals["eligible_gold_docs"] += len(score.eligible_gold)
         totals["excluded_gold_docs"] += len(score.excluded_gold)
         if score.false_exclusion:
-            metrics.false_exclusions.inc()
+            metrics.false_exclusions[evidence.variant].inc()
             totals["false_exclusions"] += 1
+        if self._emit is not None:
+            self._emit(ExclusionOutcome(evidence.trace_id, score.false_exclusion))
         for k, recall in score.recall.items():
             metrics.recall[k].observe(recall)
 
@@ -327,13 +332,18 @@ class _Metrics:
         def counter(name: str, documentation: str) -> Counter:
             return Counter(name, documentation, registry=registry)
 
-        self.eligible_queries = counter(
+        def by_variant(name: str, documentation: str) -> ByVariant[Counter]:
+            counter = Counter(name, documentation, ["variant"], registry=registry)
+            return ByVariant(counter.labels)
+
+        self.eligible_queries = by_variant(
             ELIGIBLE_QUERIES_TOTAL,
-            "Labeled queries with at least one gold document the caller may see.",
+            "Labeled queries with at least one gold document the caller may see, by variant.",
         )
-        self.false_exclusions = counter(
+        self.false_exclusions = by_variant(
             FALSE_EXCLUSIONS_TOTAL,
-            "Eligible queries whose every eligible gold document a relevance filter removed.",
+            "Eligible queries whose every eligible gold document a relevance filter removed, "
+            "by variant.",
         )
         self.eligible_gold_docs = counter(
             "rag_filter_eligible_gold_docs_total",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from monitor.events import InvalidRecord, parse_labels
 from monitor.trace import RagTrace
+from monitor.variants import PRODUCTION, variant_of
 
 
 class GoldenSetError(ValueError):
@@ -52,6 +53,7 @@ class Evidence:
     retrieved: tuple[str, ...]  # distinct doc ids in rank order, at most max(recall_k)
     relevance_excluded: frozenset[str]
     ineligible: frozenset[str]  # entitlement_excluded plus documents of another tenant
+    variant: str = PRODUCTION  # the variant label its outcome counts under
 
     @classmethod
     def of(cls, trace: RagTrace, depth: int) -> Evidence:
@@ -61,6 +63,7 @@ class Evidence:
             retrieved=tuple(_distinct(trace.retrieved, depth)),
             relevance_excluded=frozenset(trace.relevance_excluded),
             ineligible=frozenset(trace.entitlement_excluded).union(foreign_documents(trace)),
+            variant=variant_of(trace),
         )
 
 

@@ -1,14 +1,15 @@
 """Per-stage latency: histograms for fleet-wide quantiles, window quantile gauges per replica.
 
-``rag_stage_latency_seconds{stage}`` is a histogram that Prometheus can sum
+``rag_stage_latency_seconds{stage,variant}`` is a histogram that Prometheus can sum
 across replicas. ``rag_stage_latency_window_seconds{stage,quantile}`` is the
-quantile of the last ``window_s`` seconds from DDSketch (relative accuracy
-0.5%): the window is cut into slots, each slot holds one sketch per stage, and
+quantile of the last ``window_s`` seconds of production traffic from DDSketch
+(relative accuracy 0.5%): the window is cut into slots, each slot holds one sketch per stage, and
 a scrape merges the slots still inside the window.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import deque
@@ -22,15 +23,11 @@ from prometheus_client.registry import Collector
 
 from detectors.latency.config import LatencyConfig
 from detectors.latency.names import STAGE_LATENCY_SECONDS, STAGE_LATENCY_WINDOW_SECONDS
+from monitor.buckets import LATENCY_BUCKETS
 from monitor.detector import InlineDetector
 from monitor.trace import STAGES, RagTrace
+from monitor.variants import PRODUCTION, ByVariant, variant_of
 
-# 5 ms to 60 s: embedding and rerank calls sit at the low end, long generations
-# at the top; about three buckets per decade keep histogram_quantile honest.
-LATENCY_BUCKETS = (
-    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
-    1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
-)  # fmt: skip
 RELATIVE_ACCURACY = 0.005
 _SLOTS_PER_WINDOW = 20
 
@@ -108,18 +105,23 @@ class LatencyDetector(InlineDetector):
     ) -> None:
         histogram = Histogram(
             STAGE_LATENCY_SECONDS,
-            "Duration of each RAG pipeline stage (ttft: time to first token).",
-            ["stage"],
+            "Duration of each RAG pipeline stage (ttft: time to first token), by variant.",
+            ["stage", "variant"],
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
-        self._by_stage: dict[str, Histogram] = {stage: histogram.labels(stage) for stage in STAGES}
+        self._by_stage: dict[str, ByVariant[Histogram]] = {
+            stage: ByVariant(functools.partial(histogram.labels, stage)) for stage in STAGES
+        }
         self.window = SlidingQuantiles(config.window_s, config.quantiles, clock)
         registry.register(self.window)
 
     def observe(self, trace: RagTrace) -> None:
+        variant = variant_of(trace)
         for stage, seconds in trace.stages.items():
-            child = self._by_stage.get(stage)
-            if child is not None:
-                child.observe(seconds)
-                self.window.add(stage, seconds)
+            children = self._by_stage.get(stage)
+            if children is not None:
+                children[variant].observe(seconds)
+                # The per-replica window quantiles describe what users are served.
+                if variant == PRODUCTION:
+                    self.window.add(stage, seconds)

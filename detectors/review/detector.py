@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -26,6 +26,7 @@ from detectors.review.store import ReviewStore
 from monitor.kafka_config import KafkaConfig
 from monitor.state import DEFAULT_STATE_MAX_BYTES, shared_state_dir
 from monitor.trace import Event, Label, RagTrace
+from monitor.variants import PRODUCTION, variant_of
 from monitor.worker import Worker
 
 if TYPE_CHECKING:
@@ -89,7 +90,10 @@ class ReviewDetector:
     # --- pipeline thread -----------------------------------------------------------------
 
     def observe(self, trace: RagTrace) -> None:
-        if self.store is not None:
+        # Only what users were served is reviewed: the non-production twin of a pair (a
+        # shadow) shares its production request's session and query, and was never served.
+        twin = trace.pair_id is not None and variant_of(trace) != PRODUCTION
+        if self.store is not None and not twin:
             self.sampler.observe(trace)
 
     def observe_event(self, event: Event) -> None:
@@ -104,8 +108,9 @@ class ReviewDetector:
         self.store = ReviewStore(self._state_dir, clock=self._clock)
         if self._kafka is not None:
             from detectors.review.replication import ReviewPublisher, ReviewReader
+            from monitor.replication import client_settings
 
-            settings = kafka_settings(self._kafka)
+            settings = client_settings(self._kafka)
             self._publisher = ReviewPublisher(settings, self.config.topic, self.metrics)
             self._reader = ReviewReader(
                 settings, self.config.topic, self.store, self.metrics, self.registry
@@ -191,8 +196,3 @@ class ReviewDetector:
                 self.metrics.deleted.inc(deleted)
                 log.info("review_retention", deleted=deleted)
         self.metrics.queue_items.set(store.count())
-
-
-def kafka_settings(kafka: KafkaConfig) -> dict[str, Any]:
-    """The client settings of the review topics: the brokers and the security settings."""
-    return {"bootstrap_servers": kafka.bootstrap_servers, **kafka.security}

@@ -9,7 +9,6 @@ string it does show is escaped.
 
 from __future__ import annotations
 
-import html
 import os
 import time
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ from detectors.review.calibration import (
 )
 from detectors.review.model import REASONS, SUPPORTED, Progress, ReviewItem, Verdict
 from monitor.events import InvalidRecord, parse_labels
+from monitor.report_tables import Table, tables_html, tables_markdown
 
 
 class ReviewedSource(Protocol):
@@ -206,7 +206,7 @@ def _progress_rows(progress: Progress | None) -> list[list[str]]:
     return [[s, str(progress.queued.get(s, 0)), str(progress.reviewed.get(s, 0))] for s in strata]
 
 
-def _tables(report: ReviewReport) -> list[tuple[str, list[str], list[list[str]], list[str]]]:
+def _tables(report: ReviewReport) -> list[Table]:
     """(title, header, rows, sentences) of each section, in order, as plain text."""
     judge = report.judge
     labels = (SUPPORTED_LABEL, UNSUPPORTED_LABEL)
@@ -235,52 +235,16 @@ def _tables(report: ReviewReport) -> list[tuple[str, list[str], list[list[str]],
     ]
 
 
+def _subtitle(report: ReviewReport) -> str:
+    return f"{_iso(report.generated)}: {report.reviewed} reviewed items"
+
+
 def render_html(report: ReviewReport) -> str:
-    esc = html.escape
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>Human review report</title>",
-        "<style>body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;"
-        "padding:0 1rem;color:#222}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
-        "padding:.3rem .6rem}th{background:#f4f4f4}small{color:#666}</style></head><body>",
-        "<h1>Human review report</h1>",
-        f"<p><small>{esc(_iso(report.generated))}: {report.reviewed} reviewed items</small></p>",
-    ]
-    for title, head, rows, sentences in _tables(report):
-        parts.append(f"<h2>{esc(title)}</h2>")
-        if rows:
-            parts.append("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>")
-            for row in rows:
-                parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
-            parts.append("</table>")
-        else:
-            parts.append("<p>Nothing yet.</p>")
-        parts.extend(f"<p>{esc(s)}</p>" for s in sentences)
-    parts.append("</body></html>")
-    return "\n".join(parts)
-
-
-def _md(text: str) -> str:
-    # Markdown renders inline HTML: escape it, and the table's cell separator.
-    return html.escape(text, quote=False).replace("|", "\\|")
+    return tables_html("Human review report", _subtitle(report), _tables(report))
 
 
 def render_markdown(report: ReviewReport) -> str:
-    lines = [
-        "# Human review report",
-        "",
-        f"_{_iso(report.generated)}: {report.reviewed} reviewed items_",
-    ]
-    for title, head, rows, sentences in _tables(report):
-        lines += ["", f"## {_md(title)}", ""]
-        if rows:
-            lines.append("| " + " | ".join(_md(h) for h in head) + " |")
-            lines.append("|" + "---|" * len(head))
-            lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
-        else:
-            lines.append("Nothing yet.")
-        for sentence in sentences:
-            lines += ["", _md(sentence)]
-    return "\n".join(lines) + "\n"
+    return tables_markdown("Human review report", _subtitle(report), _tables(report))
 
 
 def summary(report: ReviewReport) -> str:

@@ -292,9 +292,12 @@ class SteadyTraffic:
         self.provider.shutdown()
 
 
-def send_query_vectors(http_port: int, vectors: Sequence[Sequence[float]], topic: str) -> None:
+def send_query_vectors(
+    http_port: int, vectors: Sequence[Sequence[float]], topic: str, model: str | None = None
+) -> None:
     """One RAG request per vector through the real OTLP/HTTP exporter: a CHAIN root with the
-    query text, an EMBEDDING child carrying the vector, and a RETRIEVER; flushed on return."""
+    query text, an EMBEDDING child carrying the vector (and ``embedding.model_name`` when
+    ``model`` is given), and a RETRIEVER; flushed on return."""
     endpoint = f"http://127.0.0.1:{http_port}/v1/traces"
     provider = TracerProvider(resource=Resource.create({"service.name": "rag"}))
     provider.add_span_processor(
@@ -315,6 +318,7 @@ def send_query_vectors(http_port: int, vectors: Sequence[Sequence[float]], topic
             attributes={
                 "openinference.span.kind": "EMBEDDING",
                 "embedding.embeddings.0.embedding.vector": [float(v) for v in vector],
+                **({"embedding.model_name": model} if model else {}),
             },
         ).end(end_time=now + 5_000_000)
         # A retriever under a root with a query makes the trace a RAG request.

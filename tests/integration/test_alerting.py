@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -94,12 +95,14 @@ def query_value(prometheus: str, promql: str) -> float | None:
 
 
 def latency_breach_config() -> Config:
-    """Rules that fire at once when the generate stage's p95 is above GENERATE_SLO_S."""
+    """Rules at this Prometheus's 1 s evaluation that page within seconds when the generate
+    stage misses its SLO (95% within GENERATE_SLO_S): burn-rate windows of seconds."""
     return Config.model_validate(
         {
             "guardrails": {
-                "for": "0s",
-                "latency_p95_slo_s": {"generate": GENERATE_SLO_S},
+                "evaluation_interval": "1s",
+                "latency_slo": {"generate": {"objective": 0.95, "threshold_s": GENERATE_SLO_S}},
+                "slo_windows": {"page": ["20s", "10s"], "ticket": ["40s", "20s"]},
                 "window": TEST_WINDOW,
             }
         }
@@ -134,9 +137,13 @@ def test_slow_generate_stage_fires_then_resolves_at_the_webhook(
             "stage": "generate",
             "severity": "page",
             "slo_seconds": "0.5",
+            "objective": "0.95",
         }
         assert alert["annotations"]["runbook"] == "README.md#ragstagelatencyslobreach"
-    assert "SLO is 0.5s" in firing[0]["annotations"]["description"]
+    description = firing[0]["annotations"]["description"]
+    assert "(95% of requests within 0.5s over 30d)" in description
+    # the evidence the page rests on, read from the recording rules at evaluation
+    assert re.search(r"Over the last 20s, 100% of \d+ generate requests", description), description
     assert firing[0]["annotations"]["suspected_cause"] == "drift"
     assert "Latest release: none reported." in firing[0]["annotations"]["description"]
     # only the stage with an SLO alerted, though every request was slow in total as well

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.integration
 
 StartSidecar = Callable[..., Sidecar]
 # What Grafana puts in for the dashboard's variables.
-VARIABLES = {"$job": JOB, "$__rate_interval": "30s"}
+VARIABLES = {"$job": JOB, "$variant": "production", "$__rate_interval": "30s"}
 REFERENCE_SIZE, WINDOW_SIZE = 40, 30
 DRIFT = {
     "backend": "scipy",
@@ -45,6 +45,8 @@ DRIFT = {
 }
 DIMENSIONS = 3  # the size of the EMBEDDING span's vector in otel_traffic
 TTFT_S = 0.3
+INTENTS = ["refunds", "billing"]  # detectors.slices.intents
+DOCUMENT_TYPE = "application/pdf"
 
 
 def grafana_expr(expr: str) -> str:
@@ -67,14 +69,51 @@ def kafka_records(count: int, rng: random.Random) -> list[bytes]:
     ]
 
 
+def sliced(request: RagRequest, intent: str) -> RagRequest:
+    """``request`` with ``rag.intent`` and a document type on each of its documents."""
+    metadata = {
+        doc_id: {**request.doc_metadata.get(doc_id, {}), "file_type": DOCUMENT_TYPE}
+        for doc_id, _ in request.documents
+    }
+    extra = {**request.extra, "rag.intent": intent}
+    return replace(request, extra=extra, doc_metadata=metadata)
+
+
+def shadow_twins(start: int) -> list[RagRequest]:
+    """Probe q2 replayed by production and by its shadow twin (one pair id): the shadow is
+    slower in generate and loses the gold document d4 to its relevance filter."""
+    production = probe_request(PROBES[1], start)
+    extra = {**production.extra, "rag.pair_id": f"p{start}"}
+    production = replace(production, extra=extra, cost_usd=0.002)
+    shadow = replace(
+        production,
+        generate_s=production.generate_s + 0.12,
+        cost_usd=0.0015,
+        documents=[d for d in production.documents if d[0] != "d4"],
+        extra={
+            **production.extra,
+            "rag.variant": "shadow",
+            "rag.filter.relevance_excluded": ["d4"],
+        },
+    )
+    return [production, shadow]
+
+
 def otlp_requests() -> list[RagRequest]:
-    """Every golden probe, a leak, an unpriced model and a plain request, all with TTFT."""
+    """Every golden probe, a leak, an unpriced model, a plain request and its shadow twin, all
+    with TTFT, an intent and document types."""
     start = time.time_ns()
     round_ = [probe_request(probe, start) for probe in PROBES]
     round_.append(probe_request(None, start))
     round_.append(RagRequest(start_ns=start, model="no-such-model-anywhere"))
     round_.append(RagRequest(start_ns=start))
-    return [replace(request, ttft_s=TTFT_S) for request in round_]
+    round_.append(RagRequest(start_ns=start, extra={"rag.variant": "shadow"}))
+    round_ += shadow_twins(start)
+    intents = [INTENTS[i % len(INTENTS)] for i in range(len(round_))]
+    return [
+        sliced(replace(request, ttft_s=TTFT_S), intent)
+        for request, intent in zip(round_, intents, strict=True)
+    ]
 
 
 def has_data(prometheus: str, promql: str) -> bool:
@@ -96,6 +135,11 @@ def test_every_panel_query_returns_data_after_traffic(
     golden = tmp_path / "golden.jsonl"
     golden.write_text(golden_set_lines())
     topic = broker.create_topic(unique("traces"))
+    shadow_topics = {
+        "halves_topic": broker.create_topic(unique("shadow-halves")),
+        "pairs_topic": broker.create_topic(unique("shadow-pairs")),
+        "group_id": unique("shadow"),
+    }
     sidecar = start_sidecar(
         service={"state_dir": str(tmp_path / "state")},
         collectors={"kafka": kafka_settings(broker.bootstrap, [topic])},
@@ -108,6 +152,8 @@ def test_every_panel_query_returns_data_after_traffic(
             },
             "filter_exclusion": {"golden_set": str(golden)},
             "drift": DRIFT,
+            "shadow": {"enabled": True, "pair_ttl_s": 5, "settle_s": 2, **shadow_topics},
+            "slices": {"intents": INTENTS, "document_types": [DOCUMENT_TYPE]},
             # every OTLP request is queued for review, and the hourly bound skips some
             "review": {
                 "enabled": True,

@@ -273,7 +273,8 @@ def test_fetch_to_a_directory_lands_verifies_and_prints_working_settings(
     detector = FaithfulnessDetector(settings.faithfulness, registry)
     detector.start()
     try:
-        wait_until(lambda: detector.worker.state != "loading", timeout=60)
+        # precision auto (the default) measures its candidates before it is ready
+        wait_until(lambda: detector.worker.state != "loading", timeout=180)
         assert detector.worker.state == "ready"
         assert sample(registry, "rag_monitor_detector_up", detector="faithfulness") == 1
     finally:
@@ -306,7 +307,7 @@ def test_fetch_into_the_cache_is_read_by_the_sidecar_without_the_hub(
     sidecar.wait_ready()
     wait_until(
         lambda: sidecar.metric("rag_monitor_detector_up", detector="faithfulness") == 1,
-        timeout=60,
+        timeout=180,
         every=0.5,
     )
     assert sidecar.stop() == 0

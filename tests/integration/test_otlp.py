@@ -286,7 +286,8 @@ def test_run_without_config_uses_default_ports_and_sigterm_drains(tmp_path: Path
         _, grpc_tracer = tracer_for(GrpcExporter(endpoint="127.0.0.1:4317", insecure=True))
         for tracer in (http_tracer, grpc_tracer):
             emit_rag_request(tracer, RagRequest(start_ns=time.time_ns()))
-        wait_until(lambda: 'rag_requests_total{source="otlp"} 2.0' in scrape_default(), timeout=30)
+        served = 'rag_requests_total{source="otlp",variant="production"} 2.0'
+        wait_until(lambda: served in scrape_default(), timeout=30)
         for tracer in (http_tracer, grpc_tracer):
             emit_rag_request(tracer, RagRequest(start_ns=time.time_ns()))
         # The default grace period is 2 s; SIGTERM before it ends must still emit both.

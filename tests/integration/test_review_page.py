@@ -344,10 +344,15 @@ def _review_with_keys(browser: Any, page: Page, by: Any, wait: Any) -> None:
 
 
 def _stale(element: Any) -> bool:
-    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 
     try:
         element.is_enabled()
     except StaleElementReferenceException:
         return True
+    except WebDriverException as error:
+        # Chromium sometimes reports a node of the replaced page this way instead.
+        if "does not belong to the document" in str(error.msg):
+            return True
+        raise
     return False

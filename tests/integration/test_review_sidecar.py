@@ -97,6 +97,7 @@ def review_settings(tmp_path: Path, *, score: bool = True, **review: Any) -> dic
             "sample_rate": 1.0,
             "max_per_second": 1000,
             "threshold": 1.0,  # every score is under it: every scored trace is "low"
+            "precision": "fp32",  # no start-up measurement: this test is about review
         }
     return {
         "service": {"state_dir": str(tmp_path / "state")},

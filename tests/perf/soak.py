@@ -4,6 +4,7 @@ A script, not a pytest test (pytest does not collect it)::
 
     python tests/perf/soak.py                          # 10 minutes at 500 traces/s
     python tests/perf/soak.py --minutes 3 --rate 200   # a quick look
+    python tests/perf/soak.py --capacity-share 0.8     # 10 minutes at 80% of capacity
 
 It runs ``python -m monitor run`` with drift on (scipy backend, traced query
 vectors of ``--dim`` dimensions) and a small ``service.state_max_bytes``, sends
@@ -16,9 +17,14 @@ stops the sidecar with SIGTERM. It prints one JSON object:
   sample at the end of ``--warmup-minutes``, minus 1 (target: within 0.10);
 - ``state_bytes_max`` against ``state_max_bytes`` (target: under);
 - ``accepted`` (traces in exports answered 200) against ``processed``
-  (``rag_requests_total{source="otlp"}`` before the stop, and the drain's count
-  from the ``stopped`` log line); target: equal;
+  (``rag_requests_total{source="otlp"}`` of the soak phase, before the stop,
+  and the drain's count from the ``stopped`` log line); target: equal;
 - ``exit_code`` of the SIGTERM (target: 0).
+
+With ``--capacity-share``, the same sidecar first takes unpaced traffic for
+``--capacity-s`` seconds; ``capacity_traces_per_s`` is what it processed in
+that time (until ``rag_requests_total`` caught up with what it accepted), and
+the soak then runs at that share of it. The soak's own warm-up starts after.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import argparse
 import contextlib
 import http.client
 import json
+import math
 import multiprocessing
 import os
 import random
@@ -117,6 +124,50 @@ def _send(port: int, pool: Sequence[tuple[bytes, list[bytes]]], pace: tuple[floa
     counts.put((accepted, refused))
 
 
+def start_senders(port: int, pool: Sequence[tuple[bytes, list[bytes]]], rate: float,
+                  stop_at: float, senders: int, *, seed: int) -> tuple[list[Any], Any]:  # fmt: skip
+    """``senders`` processes sharing ``rate`` traces/s (``math.inf``: unpaced) until ``stop_at``.
+
+    Sender *i* draws its trace ids from ``seed + i``: phases given different seeds send
+    different traces (a trace id seen before would count as late spans, not as a request).
+    """
+    context = multiprocessing.get_context("fork")
+    counts = context.Queue()
+    processes = [
+        context.Process(
+            target=_send, args=(port, pool, (rate / senders, stop_at), seed + i, counts)
+        )
+        for i in range(senders)
+    ]
+    for process in processes:
+        process.start()
+    return processes, counts
+
+
+def finish_senders(processes: list[Any], counts: Any) -> tuple[int, int]:
+    """Traces accepted and exports refused, over all sender processes."""
+    results = [counts.get(timeout=120) for _ in processes]
+    for process in processes:
+        process.join()
+    return sum(a for a, _ in results), sum(r for _, r in results)
+
+
+def measure_capacity(sidecar: SidecarProcess, port: int, pool: Sequence[tuple[bytes, list[bytes]]],
+                     seconds: float, senders: int) -> float:  # fmt: skip
+    """Traces/s the sidecar processes under unpaced senders: what it accepted in ``seconds``
+    over the time until ``rag_requests_total`` reached it."""
+    before = sidecar.metric("rag_requests_total", source="otlp")
+    start = time.monotonic()
+    processes, counts = start_senders(port, pool, math.inf, start + seconds, senders, seed=1000)
+    accepted, _ = finish_senders(processes, counts)
+    wait_until(
+        lambda: sidecar.metric("rag_requests_total", source="otlp") - before >= accepted,
+        timeout=120,
+        every=0.1,
+    )
+    return accepted / (time.monotonic() - start)
+
+
 def process_sample(pid: int) -> dict[str, int]:
     status = Path(f"/proc/{pid}/status").read_text()
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
@@ -164,18 +215,15 @@ def soak(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     assert sidecar.process is not None
     pid = sidecar.process.pid
     sidecar.wait_ready()
-    context = multiprocessing.get_context("fork")
-    counts = context.Queue()
+    capacity = None
+    rate = args.rate
+    if args.capacity_share is not None:
+        capacity = measure_capacity(sidecar, http_port, pool, args.capacity_s, args.senders)
+        rate = args.capacity_share * capacity
+    before = sidecar.metric("rag_requests_total", source="otlp")
     start = time.monotonic()
     stop_at = start + args.minutes * 60
-    senders = [
-        context.Process(
-            target=_send, args=(http_port, pool, (args.rate / args.senders, stop_at), i, counts)
-        )
-        for i in range(args.senders)
-    ]
-    for sender in senders:
-        sender.start()
+    senders, counts = start_senders(http_port, pool, rate, stop_at, args.senders, seed=0)
     samples = []
     while time.monotonic() < stop_at:
         time.sleep(args.every)
@@ -187,16 +235,14 @@ def soak(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
                 "series": series_count(sidecar),
             }
         )
-    results = [counts.get(timeout=120) for _ in senders]
-    for sender in senders:
-        sender.join()
-    accepted = sum(a for a, _ in results)
+    accepted, refused = finish_senders(senders, counts)
     # Let the pipeline finish what it accepted before reading its count.
     with contextlib.suppress(AssertionError):
         wait_until(
-            lambda: sidecar.metric("rag_requests_total", source="otlp") >= accepted, timeout=60
+            lambda: sidecar.metric("rag_requests_total", source="otlp") - before >= accepted,
+            timeout=60,
         )
-    processed = sidecar.metric("rag_requests_total", source="otlp")
+    processed = sidecar.metric("rag_requests_total", source="otlp") - before
     stop_started = time.monotonic()
     exit_code = sidecar.stop()
     stop_s = time.monotonic() - stop_started
@@ -204,7 +250,8 @@ def soak(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     rss_mb = [round(s["rss_kb"] / 1024, 1) for s in samples]
     return {
         "minutes": args.minutes,
-        "rate_traces_per_s": args.rate,
+        "capacity_traces_per_s": round(capacity, 1) if capacity is not None else None,
+        "rate_traces_per_s": round(rate, 1),
         "dim": args.dim,
         "samples": samples,
         "rss_mb": rss_mb,
@@ -214,7 +261,7 @@ def soak(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
         "state_max_bytes": args.state_max_bytes,
         "state_bytes_max": max(s["state_bytes"] for s in samples),
         "accepted": accepted,
-        "refused_exports": sum(r for _, r in results),
+        "refused_exports": refused,
         "processed": processed,
         "stopped_line": stopped_line(sidecar.log_path),
         "exit_code": exit_code,
@@ -230,6 +277,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--senders", type=int, default=2)
     parser.add_argument("--every", type=float, default=10.0, help="seconds between samples")
     parser.add_argument("--warmup-minutes", type=float, default=2.0)
+    parser.add_argument(
+        "--capacity-share",
+        type=float,
+        default=None,
+        help="soak at this share of the capacity measured first (instead of --rate)",
+    )
+    parser.add_argument(
+        "--capacity-s", type=float, default=30.0, help="seconds of unpaced traffic to measure it"
+    )
     parser.add_argument(
         "--state-max-bytes", type=int, default=64 * 1024 * 1024, help="0: the sidecar's default"
     )

@@ -151,9 +151,10 @@ def test_committed_dashboard_is_current_and_covers_every_guardrail() -> None:
         "rag_monitor_queue_depth", "rag_monitor_samples_total", "rag_monitor_kafka_lag_records",
     ):  # fmt: skip
         assert metric in queries, metric
-    assert [v["name"] for v in dashboard["templating"]["list"]] == ["datasource", "job"]
-    (releases,) = dashboard["annotations"]["list"]  # on every panel: no panel filter
-    assert releases["name"] == "Releases"
+    assert [v["name"] for v in dashboard["templating"]["list"]] == ["datasource", "job", "variant"]
+    annotations = {a["name"]: a for a in dashboard["annotations"]["list"]}
+    assert set(annotations) == {"Releases", "Embedding model changes"}
+    releases = annotations["Releases"]  # on every panel: no panel filter
     assert "filter" not in releases
     assert "rag_release_first_seen_timestamp_seconds" in releases["expr"]
     assert "rag_release_info" in queries

@@ -227,6 +227,6 @@ def test_reask_map_is_bounded_and_holds_no_text() -> None:
     detector = FeedbackDetector(CollectorRegistry(), max_tracked=10)
     for i in range(50):
         detector.observe(trace(query=f"question {i}", session_id="s"))
-    keys = list(detector._last_asked)
+    keys = list(detector.reasks)
     assert len(keys) == 10
     assert all(isinstance(key, bytes) and b"question" not in key for key in keys)

@@ -59,7 +59,9 @@ def test_report_since_uses_the_grammar(tmp_path: Path) -> None:
         write_report(Config(), "1.5d", tmp_path / "report.md")
 
 
-@pytest.mark.parametrize("key", ["FOR", "WINDOW", "SAMPLE_WINDOW", "BASELINE"], ids=str.lower)
+@pytest.mark.parametrize(
+    "key", ["FOR", "WINDOW", "EVALUATION_INTERVAL", "BASELINE", "RELEASE_WINDOW"], ids=str.lower
+)
 def test_guardrail_durations_use_the_grammar(key: str) -> None:
     """guardrails.for and the rule windows accept 1h30m and refuse 90 minutes, naming the key."""
     name = f"RAG_MONITOR_GUARDRAILS__{key}"

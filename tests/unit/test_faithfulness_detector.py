@@ -143,7 +143,12 @@ def test_probes_are_scored_at_any_sample_rate(
     directory, _ = tiny
     sidecar = start_sidecar(
         detectors={
-            "faithfulness": {"model": str(directory), "sample_rate": 1e-9, "precision": "fp32"}
+            "faithfulness": {
+                "model": str(directory),
+                "sample_rate": 1e-9,
+                "min_scored_per_hour": 0,  # no floor: only the probes
+                "precision": "fp32",
+            }
         }
     )
     registry = sidecar.registry

@@ -174,3 +174,108 @@ def test_no_source_file_asks_for_remote_code() -> None:
         if flag in path.read_text(encoding="utf-8")
     ]
     assert offenders == []
+
+
+MIXED_LENGTHS = [
+    ("Short.", "Yes."),
+    ("Refunds are possible within 30 days. " * 6, "Refunds take 30 days."),
+    ("The museum opens at nine.", "It opens at nine."),
+    ("Shipping is free above 50 euros. " * 3, "Shipping costs 5 dollars."),
+    ("A", "B"),
+    ("The bridge was completed in 1932 after six years. " * 4, "It took six years."),
+    ("Tickets for children are free.", "Children pay."),
+]
+
+
+def test_batched_scores_come_back_in_input_order_equal_to_one_at_a_time(tiny: Tiny) -> None:
+    """The length-sorted micro-batches (the cuda path, run here on the CPU) give each pair the
+    score it gets alone, in the order the pairs were given."""
+    directory, _ = tiny
+    scorer = HhemScorer(read_checkpoint(str(directory)))
+    alone = [scorer.score([pair])[0] for pair in MIXED_LENGTHS]
+    assert scorer.score(MIXED_LENGTHS, batch_size=3) == pytest.approx(alone, abs=1e-5)
+    assert len(set(alone)) == len(alone)  # distinct scores: a misplaced one would show
+
+
+def test_micro_batches_are_length_sorted_and_padded_to_their_own_longest(tiny: Tiny) -> None:
+    """Each forward pass takes at most batch_size pairs, shortest first, padded only to the
+    longest pair in that micro-batch."""
+    directory, _ = tiny
+    scorer = HhemScorer(read_checkpoint(str(directory)))
+    prepared = [scorer.prepare(p, h) for p, h in MIXED_LENGTHS]
+    passes: list[tuple[int, list[int]]] = []  # (padded width, real lengths)
+
+    def record(_module: Any, _args: Any, kwargs: dict[str, Any]) -> None:
+        ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
+        passes.append((ids.shape[1], [int(n) for n in mask.sum(dim=1)]))
+
+    handle = scorer.model.transformer.register_forward_pre_hook(record, with_kwargs=True)  # type: ignore[union-attr, operator]
+    try:
+        scorer.score_batched(prepared, batch_size=3)
+    finally:
+        handle.remove()
+    lengths = [length for _, batch in passes for length in batch]
+    assert lengths == sorted(len(p.input_ids) for p in prepared)
+    assert all(len(batch) <= 3 for _, batch in passes)
+    assert all(width == max(batch) for width, batch in passes)
+    assert len(passes) > 1
+
+
+def test_bf16_autocast_keeps_layer_norms_and_the_classifier_in_fp32(tiny: Tiny) -> None:
+    """bf16_autocast: weights stay fp32, Linear layers compute in bf16, the layer norms and
+    the classifier in fp32; scores stay near fp32's."""
+    directory, model = tiny
+    scorer = HhemScorer(read_checkpoint(str(directory)), precision="bf16_autocast")
+    assert {p.dtype for p in scorer.model.parameters()} == {torch.float32}
+    seen: dict[str, torch.dtype] = {}
+    modules: Any = scorer.model
+    layer = modules.transformer.encoder.block[0].layer[0]
+    watched = {
+        "attention_linear": layer.SelfAttention.q,
+        "layer_norm": layer.layer_norm,
+        "final_layer_norm": modules.transformer.encoder.final_layer_norm,
+        "classifier": modules.classifier,
+    }
+    handles = [
+        module.register_forward_hook(
+            lambda _m, args, out, name=name: seen.update(
+                {name: out.dtype, f"{name}_in": args[0].dtype}
+            )
+        )
+        for name, module in watched.items()
+    ]
+    try:
+        scores = scorer.score(PAIRS)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert seen["attention_linear"] == torch.bfloat16
+    assert seen["layer_norm"] == seen["final_layer_norm"] == torch.float32
+    assert seen["classifier_in"] == seen["classifier"] == torch.float32
+    # The tiny random model magnifies rounding (its logits are spread on purpose); the
+    # bench measures the change at flan-t5-base size.
+    assert scores == pytest.approx(reference_scores(model, PAIRS), abs=0.1)
+
+
+def test_converted_shares_the_tokenizer_and_leaves_fp32_untouched(tiny: Tiny) -> None:
+    """Converting to bf16 or int8 works on a copy: the fp32 scorer's scores do not change."""
+    directory, _ = tiny
+    scorer = HhemScorer(read_checkpoint(str(directory)))
+    before = scorer.score(PAIRS)
+    for precision in ("bf16_autocast", "bf16", "int8", "onnx"):
+        other = scorer.converted(precision)  # type: ignore[arg-type]
+        assert other.precision == precision
+        assert other.tokenizer is scorer.tokenizer
+        other.score(PAIRS)
+    assert scorer.score(PAIRS) == before
+    assert {p.dtype for p in scorer.model.parameters()} == {torch.float32}
+
+
+def test_onnx_runtime_scores_equal_the_hhem_formula_at_every_length(tiny: Tiny) -> None:
+    """precision onnx: the encoder exported once runs every micro-batch shape in ONNX
+    Runtime, with fp32's scores to rounding, in the order given."""
+    directory, model = tiny
+    scorer = HhemScorer(read_checkpoint(str(directory)), precision="onnx")
+    expected = reference_scores(model, MIXED_LENGTHS)
+    assert scorer.score(MIXED_LENGTHS, batch_size=3) == pytest.approx(expected, abs=1e-5)
+    assert scorer.score(PAIRS) == pytest.approx(reference_scores(model, PAIRS), abs=1e-5)

@@ -165,3 +165,56 @@ def test_samplers_of_one_registry_share_the_counter() -> None:
     )
     other.offer(trace("d" * 32))
     assert sample(registry, "rag_monitor_samples_total", detector="drift", outcome="queued") == 1
+
+
+def offer_hourly(s: Sampler, clock: FakeClock, per_hour: int, hours: int, start: int = 0) -> int:
+    """Offer ``per_hour`` distinct traces an hour, evenly spaced; the number taken."""
+    taken = 0
+    for i in range(per_hour * hours):
+        clock.now += 3600 / per_hour
+        taken += s.offer(trace(f"{(start + i) * 2654435761 % 2**64:032x}"))
+    return taken
+
+
+def effective_rate(registry: CollectorRegistry) -> float:
+    return sample(registry, "rag_monitor_effective_sample_rate", detector="faithfulness")
+
+
+def test_floor_raises_the_rate_at_low_traffic() -> None:
+    """At 600 traces an hour a 2% rate takes 12; the floor of 120 an hour raises the rate to
+    20% (exported), and the second hour takes 120 within binomial bounds."""
+    registry, clock = CollectorRegistry(), FakeClock()
+    s = sampler(registry, clock, sample_rate=0.02, always_sample=[], min_per_hour=120.0)
+    offer_hourly(s, clock, per_hour=600, hours=1)  # the first hour fills the estimate
+    taken = offer_hourly(s, clock, per_hour=600, hours=1, start=600)
+    assert effective_rate(registry) == pytest.approx(0.2, rel=0.01)
+    assert abs(taken - 120) < 4 * math.sqrt(600 * 0.2 * 0.8)
+
+
+def test_floor_leaves_the_rate_at_high_traffic() -> None:
+    """At 36,000 traces an hour 2% already takes 720 > 120: the rate stays 2%."""
+    registry, clock = CollectorRegistry(), FakeClock()
+    s = sampler(registry, clock, sample_rate=0.02, always_sample=[], min_per_hour=120.0)
+    taken = offer_hourly(s, clock, per_hour=36_000, hours=1)
+    assert effective_rate(registry) == 0.02
+    assert abs(taken - 720) < 4 * math.sqrt(36_000 * 0.02 * 0.98)
+
+
+def test_floor_stays_within_the_scorers_capacity() -> None:
+    """A floor above max_per_second is cut by the token bucket: the rest is counted dropped."""
+    registry, clock = CollectorRegistry(), FakeClock()
+    s = sampler(
+        registry, clock, sample_rate=0.02, always_sample=[], min_per_hour=1e6, max_per_second=0.01
+    )
+    taken = offer_hourly(s, clock, per_hour=3600, hours=1)
+    assert effective_rate(registry) == 1.0
+    assert taken == queued(registry) <= 0.01 * 3600 + 1
+    assert dropped(registry) == 3600 - taken
+
+
+def test_no_floor_keeps_the_configured_rate() -> None:
+    """Without min_per_hour the exported rate is sample_rate whatever the traffic."""
+    registry, clock = CollectorRegistry(), FakeClock()
+    s = sampler(registry, clock, sample_rate=0.02, always_sample=[])
+    offer_hourly(s, clock, per_hour=60, hours=1)
+    assert effective_rate(registry) == 0.02

@@ -134,7 +134,8 @@ def test_detector_counts_every_kind_reasons_and_dwell() -> None:
 
 
 def test_label_sets_are_bounded_and_preset() -> None:
-    """Every label value exists at zero before any event, and no other appears."""
+    """Every label value exists at zero (variant production) before any event, and no other
+    appears."""
     registry = CollectorRegistry()
     FeedbackDetector(registry)
     labels = {
@@ -143,9 +144,11 @@ def test_label_sets_are_bounded_and_preset() -> None:
         for s in metric.samples
         if s.name.endswith("_total")
     }
-    kinds = {("rag_feedback_events", (("kind", k),)) for k in FEEDBACK_KINDS}
+    production = ("variant", "production")
+    kinds = {("rag_feedback_events", (("kind", k), production)) for k in FEEDBACK_KINDS}
     reasons = {
-        ("rag_feedback_thumbs_down", (("reason", r),)) for r in (*FEEDBACK_REASONS, NO_REASON)
+        ("rag_feedback_thumbs_down", (("reason", r), production))
+        for r in (*FEEDBACK_REASONS, NO_REASON)
     }
     assert labels == kinds | reasons
     assert tuple(sorted(DWELL_BUCKETS_S)) == DWELL_BUCKETS_S

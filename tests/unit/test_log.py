@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import logging
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -46,19 +43,6 @@ def test_pathological_nesting_is_cut_not_recursed_forever() -> None:
         node, depth = node["n"], depth + 1
     assert node == REDACTED
     assert depth < 50
-
-
-@pytest.fixture
-def restored_logging() -> Iterator[None]:
-    """Undo what configure_logging installs process-wide, so later tests see the defaults."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    hooks = threading.excepthook, sys.excepthook, sys.unraisablehook
-    yield
-    structlog.reset_defaults()
-    logging.captureWarnings(False)
-    root.handlers, root.level = handlers, level
-    threading.excepthook, sys.excepthook, sys.unraisablehook = hooks
 
 
 @pytest.mark.usefixtures("restored_logging")

@@ -417,6 +417,32 @@ def test_custom_json_pointers_and_document_id_keys() -> None:
     assert trace.contexts[0].chunk_id == "c9"
 
 
+@pytest.mark.parametrize(
+    ("metadata", "doc_id", "chunk_id"),
+    [
+        (json.dumps({"doc_id": "manual.pdf", "chunk_id": "x"}), "manual.pdf", "c9"),
+        ({"doc_id": "manual.pdf"}, "manual.pdf", "c9"),
+        (json.dumps({"title": "doc_id", "chunk_id": "c9#1"}), "c9", "c9#1"),
+        (json.dumps({"chunk_id": "c9#1"}), "c9", "c9#1"),
+        ("not json, no id key", "c9", None),
+    ],
+    ids=["json-text-names-key", "map-names-key", "key-only-as-value", "no-key", "not-json"],
+)
+def test_source_id_from_metadata_text_or_map(
+    metadata: Any, doc_id: str, chunk_id: str | None
+) -> None:
+    """A doc_id_keys entry in the metadata becomes the document id, whether the metadata is
+    JSON text or a map; text that only mentions the name keeps the span's document id."""
+    root = span("a1", None, "CHAIN", 1, 100, **{"input.value": "q", "output.value": "a"})
+    retriever = span("b1", "a1", "RETRIEVER", 2, 10, **{
+        "retrieval.documents.0.document.id": "c9",
+        "retrieval.documents.0.document.metadata": metadata,
+    })  # fmt: skip
+    trace = _built([root, retriever, span("c1", "a1", "LLM", 10, 90)])
+    assert trace.retrieved == (doc_id,)
+    assert (trace.contexts[0].doc_id, trace.contexts[0].chunk_id) == (doc_id, chunk_id)
+
+
 def test_a_json_pointer_must_start_with_a_slash() -> None:
     """mapping.query_pointers is validated at start-up with an RFC 6901 hint."""
     with pytest.raises(ValidationError, match="JSON pointer"):

@@ -201,3 +201,31 @@ def test_detector_enforces_retention_days_with_its_clock(tmp_path: Path) -> None
         assert sample(registry, "rag_monitor_state_bytes", file="review.sqlite3") > 0
     finally:
         detector.shutdown()
+
+
+def test_detector_queues_a_pair_production_half_but_never_its_shadow_twin(
+    tmp_path: Path,
+) -> None:
+    """A shadow twin (a non-production trace with a pair id) was never served: with every
+    answer sampled, only the production half of the pair and an unpaired canary are queued."""
+    from datetime import UTC, datetime
+
+    from monitor.trace import RagTrace
+
+    config = ReviewConfig.model_validate(
+        {"enabled": True, "random_rate": 1.0, "http": {"enabled": False}}
+    )
+    detector = ReviewDetector(config, CollectorRegistry(), tmp_path)
+    detector.start()
+    try:
+        now = datetime.now(tz=UTC)
+        common = {"time": now, "source": "otlp", "query": "q", "answer": "a"}
+        detector.observe(RagTrace(trace_id="a1", pair_id="p1", **common))
+        detector.observe(RagTrace(trace_id="b2", pair_id="p1", variant="shadow", **common))
+        detector.observe(RagTrace(trace_id="c3", variant="canary", **common))
+        store = detector.store
+        assert store is not None
+        wait_until(lambda: store.get("a1") is not None and store.get("c3") is not None)
+        assert store.get("b2") is None
+    finally:
+        detector.shutdown()

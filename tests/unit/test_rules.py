@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -24,10 +25,12 @@ REGENERATE = "python -m monitor rules > alerts/tests/rules.yaml"
 STABLE_ALERTS = {
     "RagFaithfulnessLow",
     "RagStageLatencySLOBreach",
+    "RagStageLatencySLOBudgetBurn",  # the latency SLO's ticket tier (issue 17)
     "RagFilterFalseExclusionHigh",
     "RagRegenerationRateAnomalous",
     "RagCostPerQueryHigh",
     "RagQueryDriftDetected",
+    "RagEmbeddingModelChanged",
     "RagEntitlementViolation",
     "RagMonitorDown",
     "RagMonitorDeadLetters",
@@ -37,9 +40,11 @@ STABLE_ALERTS = {
     "RagMonitorTraceTooLarge",
 }
 DETECTORS = [
-    "latency", "release", "cost", "feedback", "faithfulness", "filter_exclusion", "drift", "review",
+    "latency", "release", "cost", "feedback", "slices", "faithfulness", "filter_exclusion",
+    "drift", "review", "shadow",
 ]  # fmt: skip
-WITHOUT_RULES = {"release"}  # its gauge feeds every guardrail alert's suspected_cause
+WITHOUT_RULES = {"release", "shadow"}  # release: its gauge feeds every guardrail alert's
+# suspected_cause; shadow: a shadow serves no user, its deltas feed `report shadow`
 
 
 def tool(name: str) -> str:
@@ -151,48 +156,103 @@ def test_every_design_alert_has_severity_and_annotations() -> None:
 
 
 def test_entitlement_violation_pages_without_for() -> None:
-    """RagEntitlementViolation is a page with `for: 0s`; the guardrails' `for` applies elsewhere."""
+    """RagEntitlementViolation is a page with `for: 0s`; evidence alerts hold for two
+    evaluation intervals; the guardrails' `for` applies to point-value alerts (cost)."""
     by_name = {rule["alert"]: rule for rule in alerts_of(build_rules(Config()))}
     violation = by_name["RagEntitlementViolation"]
     assert (violation["labels"]["severity"], violation["for"]) == ("page", "0s")
-    assert by_name["RagFaithfulnessLow"]["for"] == "10m"
+    assert by_name["RagFaithfulnessLow"]["for"] == "2m"
+    assert by_name["RagCostPerQueryHigh"]["for"] == "10m"
 
 
 def test_config_sets_thresholds_stages_and_for(tmp_path: Path) -> None:
-    """Guardrails from --config: one latency rule per stage with its SLO, thresholds, `for`."""
+    """Guardrails from --config: a page and a ticket per SLO stage with its threshold's
+    bucket and budget, the faithfulness minimum, the cost budget and its `for`."""
     text = cli_rules(
         tmp_path,
         "guardrails:\n"
         "  faithfulness_min: 0.9\n"
-        "  latency_p95_slo_s: {generate: 0.8, total: 2.5}\n"
+        "  latency_slo:\n"
+        "    generate: {objective: 0.99, threshold_s: 0.75}\n"
+        "    total: {objective: 0.9, threshold_s: 2.5, page_burn_rate: 3}\n"
         "  cost_per_query_max_usd: 0.05\n"
+        "  evaluation_interval: 30s\n"
         "  for: 3m\n",
     )
+    document = yaml.safe_load(text)
     rules: dict[str, list[dict[str, Any]]] = {}
-    for rule in alerts_of(yaml.safe_load(text)):
+    for rule in alerts_of(document):
         rules.setdefault(rule["alert"], []).append(rule)
-    latency = rules["RagStageLatencySLOBreach"]
-    assert [r["labels"]["slo_seconds"] for r in latency] == ["0.8", "2.5"]
-    assert 'p95_5m{stage="generate"} > 0.8' in latency[0]["expr"]
-    assert 'p95_5m{stage="total"} > 2.5' in latency[1]["expr"]
-    assert "< 0.9" in rules["RagFaithfulnessLow"][0]["expr"]
+    page, ticket = rules["RagStageLatencySLOBreach"], rules["RagStageLatencySLOBudgetBurn"]
+    assert [r["labels"]["slo_seconds"] for r in page] == ["0.75", "2.5"]
+    assert 'slow_ratio_lower_bound1h{stage="generate"} > 0.02\n' in page[0]["expr"]
+    assert 'slow_ratio_lower_bound1h{stage="total"} > 0.3\n' in page[1]["expr"]
+    assert 'slow_ratio_lower_bound6h{stage="total"} > 0.1\n' in ticket[1]["expr"]
+    recorded = [r["expr"] for r in document["groups"][0]["rules"] if "record" in r]
+    assert any('stage="generate", le="0.75", variant="production"' in e for e in recorded)
+    assert all("< 0.9" in r["expr"] for r in rules["RagFaithfulnessLow"])
     assert "> 0.05" in rules["RagCostPerQueryHigh"][0]["expr"]
-    assert all(
-        r["for"] == "3m"
-        for name, rs in rules.items()
-        for r in rs
-        if name
-        not in {"RagEntitlementViolation", "RagMonitorDeadLetters", "RagMonitorTraceTooLarge"}
+    assert rules["RagCostPerQueryHigh"][0]["for"] == "3m"
+    assert all(r["for"] == "1m" for r in [*page, *ticket, *rules["RagFaithfulnessLow"]])
+
+
+def test_latency_slo_threshold_must_be_a_bucket_bound() -> None:
+    """A latency SLO threshold between bucket bounds is refused at load, naming the key
+    and the bounds to pick from."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(environ={"RAG_MONITOR_GUARDRAILS__LATENCY_SLO": "{total: {threshold_s: 1.2}}"})
+    [problem] = caught.value.problems
+    assert problem.startswith("guardrails.latency_slo.total.threshold_s: Value error, 1.2 is not")
+    assert "pick one of 0.005, 0.01" in problem
+
+
+def test_every_guardrail_rule_reads_production_traffic_only() -> None:
+    """Every raw series a guardrail rule reads carries variant="production"."""
+    guardrail_metrics = (
+        "rag_requests_total", "rag_faithfulness_", "rag_filter_eligible", "rag_filter_false",
+        "rag_stage_latency_seconds", "rag_request_cost_usd", "rag_feedback_events_total",
+    )  # fmt: skip
+    document = build_rules(Config())
+    exprs = [rule["expr"] for group in document["groups"] for rule in group["rules"]]
+    selectors = [
+        selector
+        for expr in exprs
+        for selector in re.findall(r"(rag_[a-z_]+(?:\{[^}]*\})?)\[", expr)
+        if selector.startswith(guardrail_metrics)
+    ]
+    assert selectors, "no guardrail selector found"
+    assert all('variant="production"' in selector for selector in selectors), selectors
+
+
+def test_derived_bounds_are_written_in_the_rule_file_and_follow_the_budget() -> None:
+    """The rule file states the z each evidence alert derived; a larger page budget
+    lowers the faithfulness bound's z, and the alerts use the stated value."""
+    tight, loose = (
+        Config(),
+        Config.model_validate({"guardrails": {"false_alerts_per_week": {"page": 5}}}),
     )
+    zs = []
+    for config in (tight, loose):
+        text = render_rules(config)
+        stated = re.search(r"#   RagFaithfulnessLow 30m: .* at z ([\d.]+) ", text)
+        assert stated is not None, text[:2000]
+        zs.append(float(stated[1]))
+        assert f"+ {stated[1]} * sqrt(rag:faithfulness_pass:ratio_rate30m" in text
+    assert zs[0] > zs[1] > 2
 
 
 def test_release_window_sets_the_suspected_cause_query() -> None:
     """guardrails.release_window is the look-back of suspected_cause and of the restart-proof
     first sight (min_over_time), in the annotation of every guardrail alert."""
+    # An alert whose rule knows the change it reports names it instead (detectors/drift).
+    known_cause = {"RagEmbeddingModelChanged": "embedding_model_change"}
     config = Config.model_validate({"guardrails": {"release_window": "90m"}})
     for rule in alerts_of(build_rules(config)):
         cause = rule["annotations"].get("suspected_cause")
         if cause is None:
+            continue
+        if rule["alert"] in known_cause:
+            assert cause == known_cause[rule["alert"]]
             continue
         assert cause == (
             '{{ if query "min by (service, version) '
@@ -207,15 +267,15 @@ def test_release_window_sets_the_suspected_cause_query() -> None:
     [
         ("window", "5 minutes", "guardrails.window: Value error, '5 minutes' is not a duration"),
         (
-            "sample_window",
-            "1.5h",
-            "guardrails.sample_window: Value error, '1.5h' is not a duration",
+            "sample_windows",
+            "[30m, 1.5h]",
+            "guardrails.sample_windows.1: Value error, '1.5h' is not a duration",
         ),
         ("baseline", "week", "guardrails.baseline: Value error, 'week' is not a duration"),
         ("min_events", "0", "guardrails.min_events: Input should be greater than or equal to 1"),
         ("release_window", "6 h", "guardrails.release_window: Value error, '6 h' is not a"),
     ],
-    ids=["window", "sample_window", "baseline", "min_events", "release_window"],
+    ids=["window", "sample_windows", "baseline", "min_events", "release_window"],
 )
 def test_bad_rule_settings_are_refused(key: str, value: str, problem: str) -> None:
     """Malformed windows or evidence counts are config errors naming the guardrails key."""
@@ -226,11 +286,17 @@ def test_bad_rule_settings_are_refused(key: str, value: str, problem: str) -> No
 
 
 def test_window_setting_renames_recordings_consistently() -> None:
-    """A 15s window renames the recordings and every alert refers to the renamed ones."""
-    text = render_rules(Config.model_validate({"guardrails": {"window": "15s"}}))
+    """A 15s window renames the p95 recording; SLO windows rename theirs and every alert
+    refers to the renamed ones."""
+    text = render_rules(
+        Config.model_validate(
+            {"guardrails": {"window": "15s", "slo_windows": {"page": ["20m", "2m"]}}}
+        )
+    )
     assert "rag:stage_latency_seconds:p95_15s" in text
     assert "p95_5m" not in text
-    assert "[5m]" not in text
+    assert "slow_ratio_lower_bound20m{stage=" in text
+    assert "slow_ratio_lower_bound1h" not in text
 
 
 def test_alertmanager_example_routes_page_and_ticket() -> None:
@@ -253,27 +319,39 @@ def test_alertmanager_example_routes_page_and_ticket() -> None:
 
 
 def test_demo_evaluator_reads_the_generated_conditions() -> None:
-    """monitor.rule_evaluation computes recorded series and alert states from the rule document."""
+    """monitor.rule_evaluation computes recorded series, Wilson bounds and alert states from
+    the rule document, for production series only."""
     from prometheus_client import CollectorRegistry, Counter, Histogram
 
+    from monitor.evidence import wilson, window_z
     from monitor.rule_evaluation import NO_EVIDENCE, NOT_HERE, RuleEvaluator
 
     registry = CollectorRegistry()
     latency = Histogram(
-        "rag_stage_latency_seconds", "", ["stage"], buckets=(1, 2, 3), registry=registry
+        "rag_stage_latency_seconds",
+        "",
+        ["stage", "variant"],
+        buckets=(1, 1.5, 3),
+        registry=registry,
     )
-    eligible = Counter("rag_filter_eligible_queries_total", "", registry=registry)
-    excluded = Counter("rag_filter_false_exclusions_total", "", registry=registry)
+    eligible = Counter("rag_filter_eligible_queries_total", "", ["variant"], registry=registry)
+    excluded = Counter("rag_filter_false_exclusions_total", "", ["variant"], registry=registry)
     evaluator = RuleEvaluator(build_rules(Config()), registry)
-    assert evaluator.evaluate()[1]["RagFilterFalseExclusionHigh"] == NO_EVIDENCE
+    short = 'RagFilterFalseExclusionHigh{window="30m"}'
+    assert evaluator.evaluate()[1][short] == NO_EVIDENCE
     for _ in range(100):
-        latency.labels("total").observe(2.5)
-        eligible.inc()
-    excluded.inc(10)
+        latency.labels("total", "production").observe(2.5)
+        latency.labels("total", "shadow").observe(0.5)
+        eligible.labels("production").inc()
+    excluded.labels("production").inc(10)
     recorded, states = evaluator.evaluate()
-    assert recorded['rag:stage_latency_seconds:p95_5m{stage="total"}'] == pytest.approx(2.95)
-    assert states['RagStageLatencySLOBreach{stage="total"}'] == "BREACH (2.95)"
-    assert states["RagFilterFalseExclusionHigh"] == "BREACH (0.1)"
-    assert states["RagRegenerationRateAnomalous"] == NOT_HERE
-    eligible.inc(5)  # five labelled queries, none excluded: healthy but below min_events
-    assert evaluator.evaluate()[1]["RagFilterFalseExclusionHigh"] == "ok (0)"
+    assert recorded['rag:stage_latency_seconds:p95_5m{stage="total"}'] == pytest.approx(2.925)
+    assert recorded['rag:stage_latency_seconds:slow_ratio_rate1h{stage="total"}'] == 1.0
+    bound = recorded["rag:filter_false_exclusions:lower_bound30m"]
+    [(_, z), _] = window_z(Config().guardrails, "ticket", ["30m", "6h"])
+    assert bound == pytest.approx(wilson(0.1, 100, z, "lower"))
+    assert states['RagStageLatencySLOBreach{stage="total"}'].startswith("BREACH")
+    assert states[short] == f"BREACH ({bound:.4g})"
+    assert states['RagRegenerationRateAnomalous{window="1h"}'] == NOT_HERE
+    eligible.labels("production").inc(5)  # five labelled queries, none excluded
+    assert evaluator.evaluate()[1][short].startswith("ok (")

@@ -1,0 +1,37 @@
+"""The shadow comparison's registration (entry point ``rag_monitor.detectors: shadow``)."""
+
+from __future__ import annotations
+
+from detectors.shadow import alerting
+from detectors.shadow.commands import COMMANDS
+from detectors.shadow.config import ShadowConfig
+from monitor.components import BuildContext, DetectorComponent
+from monitor.detector import Detector
+
+
+def _build(config: ShadowConfig, context: BuildContext) -> Detector:
+    from detectors.shadow.detector import ShadowDetector
+
+    root = context.root
+    # Text is kept only where the review queue keeps it already (detectors.review.enabled).
+    review = getattr(root.detectors, "review", None)
+    return ShadowDetector(
+        config,
+        context.registry,
+        context.state_dir,
+        kafka=root.collectors.kafka,
+        variants=root.service.variants,
+        keep_text=bool(getattr(review, "enabled", False)),
+        state_max_bytes=root.service.state_max_bytes,
+    )
+
+
+COMPONENT = DetectorComponent(
+    name="shadow",
+    config_model=ShadowConfig,
+    description="shadow comparison: paired deltas of production requests and their twins",
+    build=_build,
+    rows=alerting.rows,
+    order=75,
+    commands=COMMANDS,
+)

@@ -1,0 +1,25 @@
+"""The slices detector's registration (entry point ``rag_monitor.detectors: slices``)."""
+
+from __future__ import annotations
+
+from detectors.slices import alerting
+from detectors.slices.config import SlicesConfig
+from monitor.components import BuildContext, DetectorComponent
+from monitor.detector import Detector
+
+
+def _build(config: SlicesConfig, context: BuildContext) -> Detector:
+    from detectors.slices.detector import SlicesDetector
+
+    return SlicesDetector(config, context.registry)
+
+
+COMPONENT = DetectorComponent(
+    name="slices",
+    config_model=SlicesConfig,
+    description="intent and document-type slices: regeneration rate by intent, coverage matrix",
+    build=_build,
+    rules=alerting.rules,
+    rows=alerting.rows,
+    order=35,
+)

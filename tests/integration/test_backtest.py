@@ -1,0 +1,173 @@
+"""``rag-monitor rules backtest`` against real promtool and Prometheus: the generated
+rules' false alerts in healthy diurnal worlds, their time to fire in incidents (the
+acceptance of issue 17), and ``--prometheus URL`` replaying a real server's history."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from alerts.backtest import Window, run_backtest
+from alerts.rules import build_rules
+from alerts.scratch import ScratchPrometheus, import_openmetrics, write_openmetrics_series
+from alerts.simulate import Incident, World, simulate, write_openmetrics
+from monitor.config import load_config
+from tests.integration.conftest import binary
+
+pytestmark = pytest.mark.integration
+
+SIZES = [45_000, 272_000, 1_800_000]
+SIZE_IDS = ["45k-a-day", "272k-a-day", "1.8M-a-day"]
+FALSE_ALERTS_PER_WEEK = {"page": 0.5, "ticket": 1.0}
+# Each signal's alerts, by name prefix: a signal may alert in more than one tier.
+SIGNALS = {
+    "faithfulness": "RagFaithfulness",
+    "latency": "RagStageLatency",
+    "regeneration": "RagRegeneration",
+    "false_exclusion": "RagFilterFalseExclusion",
+}
+
+
+def backtest(*arguments: str) -> dict[str, Any]:
+    """``rag-monitor rules backtest ... --json`` as a process; its report."""
+    binary("promtool")
+    binary("prometheus")
+    done = subprocess.run(
+        [sys.executable, "-m", "monitor", "rules", "backtest", *arguments, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def minutes_to_fire(report: dict[str, Any], signal: str) -> float | None:
+    """The first firing of any of the signal's alerts after the incident's start."""
+    fired = [
+        minutes
+        for alert, minutes in report["incidents"][0]["minutes_to_fire"].items()
+        if alert.startswith(SIGNALS[signal]) and minutes is not None
+    ]
+    return min(fired, default=None)
+
+
+@pytest.mark.parametrize("requests_per_day", SIZES, ids=SIZE_IDS)
+def test_healthy_world_stays_within_the_false_alert_budget(requests_per_day: int) -> None:
+    """Two healthy weeks after a warm-up week: page alerts fire at most 0.5 times a week,
+    ticket alerts at most once."""
+    report = backtest("--simulate", "--requests-per-day", str(requests_per_day))
+    assert report["weeks"] == pytest.approx(2, abs=0.01)
+    noisy = {
+        f"{row['alert']} {row['severity']}": row["firings_per_week"]
+        for row in report["alerts"]
+        if row["firings_per_week"] > FALSE_ALERTS_PER_WEEK.get(row["severity"], 0)
+    }
+    assert noisy == {}, f"false firings a week over budget: {noisy}"
+
+
+@pytest.mark.parametrize("requests_per_day", SIZES, ids=SIZE_IDS)
+def test_incident_at_the_day_peak_fires_in_time(requests_per_day: int) -> None:
+    """At 14:00 (pass share 0.75, regeneration x2, false exclusion 0.06, p95 2.5 s):
+    faithfulness, latency and regeneration fire within 60 minutes, false exclusion in 6 h."""
+    report = backtest(
+        "--simulate", "--requests-per-day", str(requests_per_day),
+        "--evaluate", "1d", "--incident", "all:7d14h:6h",
+    )  # fmt: skip
+    deadlines = {"faithfulness": 60, "latency": 60, "regeneration": 60, "false_exclusion": 360}
+    late = {
+        signal: minutes_to_fire(report, signal)
+        for signal, deadline in deadlines.items()
+        if (minutes_to_fire(report, signal) or float("inf")) > deadline
+    }
+    assert late == {}, f"minutes to fire (None: not within the incident): {late}"
+
+
+@pytest.mark.parametrize("requests_per_day", SIZES, ids=SIZE_IDS)
+def test_incident_at_the_night_trough_fires_in_time(requests_per_day: int) -> None:
+    """At 02:00, a twentieth of the peak's traffic: latency and regeneration fire within
+    60 minutes."""
+    report = backtest(
+        "--simulate", "--requests-per-day", str(requests_per_day),
+        "--evaluate", "1d", "--incident", "all:7d2h:2h",
+    )  # fmt: skip
+    late = {
+        signal: minutes_to_fire(report, signal)
+        for signal in ("latency", "regeneration")
+        if (minutes_to_fire(report, signal) or float("inf")) > 60
+    }
+    assert late == {}, f"minutes to fire (None: not within the incident): {late}"
+
+
+def test_prometheus_mode_replays_what_a_prometheus_holds(tmp_path: Path) -> None:
+    """``--prometheus URL --since`` reads a real Prometheus's six hours and reports what
+    replaying the same counters directly reports; the latency incident in them fires."""
+    promtool, prometheus = binary("promtool"), binary("prometheus")
+    end = 60 * (time.time() // 60)
+    start = end - 6 * 3600
+    world = World(
+        requests_per_day=1_800_000,
+        duration_s=6 * 3600 + 60,  # a sample at ``end`` too
+        sample_rate=0.02,
+        max_scored_per_second=5.0,
+        incidents=[Incident.parse("latency:4h:2h")],
+        start_s=int(start),
+    )
+    samples = simulate(world)
+    counters = tmp_path / "history.txt"
+    write_openmetrics(samples, counters)
+    source = ScratchPrometheus(prometheus, tmp_path / "source")
+    import_openmetrics(promtool, counters, source.data)
+    with source:
+        report = backtest(
+            "--prometheus", source.url, "--since", "6h", "--end", f"{end:.0f}",
+            "--warm-up", "1h",
+        )  # fmt: skip
+    window = Window(start, start + 3600, end, 60)
+    direct = run_backtest(
+        build_rules(load_config()), lambda path: write_openmetrics(samples, path), window
+    )
+    assert [
+        (row["alert"], row["severity"], row["firings"], row["hours_in_alert"])
+        for row in report["alerts"]
+    ] == [(s.alert, s.severity, s.firings, round(s.seconds_in_alert / 3600, 2)) for s in direct]
+    latency = [row for row in report["alerts"] if row["alert"].startswith(SIGNALS["latency"])]
+    assert sum(row["firings"] for row in latency) >= 1
+    assert max(row["hours_in_alert"] for row in latency) > 0.5
+
+
+def test_rules_reading_recorded_series_replay_layer_by_layer() -> None:
+    """A rule on a recorded series that mixes a recorded and a nameless result (``or``)
+    and an alert with ``for: 10m`` replay in Prometheus: the alert holds while the
+    counter is slow and fires again once its fast hour has left the rate window."""
+    binary("promtool")
+    binary("prometheus")
+    start = 1_767_571_200  # a whole minute
+    per_minute = [180 if 120 <= minute < 180 else 60 for minute in range(240)]
+    totals = [sum(per_minute[: minute + 1]) for minute in range(240)]
+
+    def write_counter(path: Path) -> None:
+        with path.open("w") as out:
+            times = [str(start + 60 * minute) for minute in range(240)]
+            write_openmetrics_series(out, "x_total", {"job": "j"}, times, [str(v) for v in totals])
+            out.write("# EOF\n")
+
+    # a:slow is a:rate5m (named) while fast, and 100 x the rate (nameless) while slow.
+    slow = {"record": "a:slow", "expr": "a:rate5m > 2 or a:rate5m * 100"}
+    rate = {"record": "a:rate5m", "expr": "sum by (job) (rate(x_total[5m]))"}
+    alert = {"alert": "Slow", "expr": "a:slow > 50", "for": "10m", "labels": {}}
+    document = {"groups": [{"name": "r", "rules": [slow, rate]}, {"name": "a", "rules": [alert]}]}
+    window = Window(start, start + 3600, start + 239 * 60, 60)
+    [summary] = run_backtest(document, write_counter, window)
+    # Slow from the counted start to ~2h03m; again from ~3h03m + for to the end (~4h).
+    assert (summary.alert, summary.severity, summary.firings) == ("Slow", "none", 2)
+    assert 60 <= summary.longest_episode_s / 60 <= 66
+    assert 100 <= summary.seconds_in_alert / 60 <= 112

@@ -1,0 +1,264 @@
+"""The backtest's own logic: ``for`` replay, rule layers, the synthetic world, chunking."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import alerts.simulate as world_names
+from alerts.backtest import episodes, firing_steps, raw_names, recording_layers
+from alerts.scratch import BacktestError, block_duration, chunks, find_tools
+from alerts.simulate import (
+    HEALTHY_P95_S,
+    TROUGH_SHARE,
+    Incident,
+    World,
+    diurnal_expected,
+    simulate,
+)
+from detectors.faithfulness import names as faithfulness
+from detectors.feedback import names as feedback
+from detectors.filter_exclusion import names as filter_exclusion
+from detectors.latency import names as latency
+from monitor.buckets import LATENCY_BUCKETS
+from monitor.cli import main
+
+DAY_S = 86_400
+
+
+def world(**overrides: object) -> World:
+    settings: dict[str, object] = {
+        "requests_per_day": 272_000,
+        "duration_s": 2 * DAY_S,
+        "sample_rate": 0.02,
+        "max_scored_per_second": 5.0,
+        "seed": 7,
+    }
+    return World(**{**settings, **overrides})  # type: ignore[arg-type]
+
+
+def counter(world_samples: object, name: str, **labels: str) -> np.ndarray:
+    for series_name, series_labels, values in world_samples.series:  # type: ignore[attr-defined]
+        if series_name == name and labels.items() <= series_labels.items():
+            return values  # type: ignore[no-any-return]
+    raise AssertionError(f"no series {name} {labels}")
+
+
+@pytest.mark.parametrize(
+    ("simulated", "exported"),
+    [
+        (world_names.EVALUATIONS_TOTAL, faithfulness.EVALUATIONS_TOTAL),
+        (world_names.BELOW_THRESHOLD_TOTAL, faithfulness.BELOW_THRESHOLD_TOTAL),
+        (world_names.FEEDBACK_EVENTS_TOTAL, feedback.FEEDBACK_EVENTS_TOTAL),
+        (world_names.ELIGIBLE_QUERIES_TOTAL, filter_exclusion.ELIGIBLE_QUERIES_TOTAL),
+        (world_names.FALSE_EXCLUSIONS_TOTAL, filter_exclusion.FALSE_EXCLUSIONS_TOTAL),
+        (world_names.STAGE_LATENCY_SECONDS, latency.STAGE_LATENCY_SECONDS),
+    ],
+    ids=str,
+)
+def test_world_spells_metrics_as_the_detectors_export_them(simulated: str, exported: str) -> None:
+    """The synthetic world writes the very names the detectors export and the rules read."""
+    assert simulated == exported
+
+
+@pytest.mark.parametrize(
+    ("present", "for_steps", "expected"),
+    [
+        ([1, 1, 1], 0, [1, 1, 1]),
+        ([1, 1, 1, 1], 2, [0, 0, 1, 1]),
+        ([1, 1, 0, 1, 1, 1], 2, [0, 0, 0, 0, 0, 1]),
+        ([0, 1, 1, 1, 0, 1], 1, [0, 0, 1, 1, 0, 0]),
+    ],
+    ids=["for-0-fires-at-once", "fires-after-for", "gap-resets-pending", "resolves-on-gap"],
+)
+def test_firing_steps_replay_for(present: list[int], for_steps: int, expected: list[int]) -> None:
+    """An alert fires once its condition held at this evaluation and the ``for`` before it."""
+    fired = firing_steps(np.array(present, dtype=bool), for_steps)
+    assert fired.astype(int).tolist() == expected
+
+
+def test_episodes_are_runs_of_firing() -> None:
+    """Episodes are maximal runs of firing evaluations: where each starts and its length."""
+    firing = np.array([1, 1, 0, 0, 1, 0, 1, 1, 1], dtype=bool)
+    assert episodes(firing) == [(0, 2), (4, 1), (6, 3)]
+
+
+def test_recording_layers_follow_dependencies() -> None:
+    """A rule reading a recorded series lands one layer after the rule recording it; a
+    series no alert reads is not backfilled."""
+    document = {
+        "groups": [
+            {
+                "name": "r",
+                "rules": [
+                    {"record": "a:avg", "expr": "avg_over_time(a:ratio[7d])"},
+                    {"record": "a:ratio", "expr": "sum(rate(x_total[5m]))"},
+                    {"record": "a:band", "expr": "a:avg + 3 * a:ratio_extra"},
+                    {"record": "a:ratio_extra", "expr": "sum(rate(y_total[5m]))"},
+                    {"record": "a:panel_only", "expr": "sum(rate(z_total[5m]))"},
+                ],
+            },
+            {"name": "alerts", "rules": [{"alert": "A", "expr": "a:band > 1"}]},
+        ]
+    }
+    layers = [[rule["record"] for rule in layer] for layer in recording_layers(document)]
+    assert layers == [["a:ratio", "a:ratio_extra"], ["a:avg"], ["a:band"]]
+
+
+def test_recording_layers_refuse_a_cycle() -> None:
+    """Rules that read each other cannot be backfilled and say so."""
+    rules = [{"record": "a:x", "expr": "a:y + 1"}, {"record": "a:y", "expr": "a:x + 1"}]
+    alert = {"alert": "X", "expr": "a:x > 1"}
+    with pytest.raises(BacktestError, match="cycle"):
+        recording_layers({"groups": [{"name": "r", "rules": [*rules, alert]}]})
+
+
+def test_raw_names_skip_recorded_series_strings_and_functions() -> None:
+    """Names in label values, recorded series and function calls are not raw metrics."""
+    expr = 'sum by (job) (rate(x_total{kind="y_total"}[5m])) / a:recorded + absent(up)'
+    names = raw_names({"groups": [{"name": "g", "rules": [{"alert": "A", "expr": expr}]}]})
+    assert "x_total" in names
+    assert "up" in names
+    assert not {"y_total", "a:recorded", "rate", "by", "absent"} & names
+
+
+def test_diurnal_traffic_has_its_trough_peak_and_daily_total() -> None:
+    """Expected traffic: a night trough a twentieth of the day peak; a day sums to the volume."""
+    expected = diurnal_expected(world(), np.arange(1440, dtype=np.int64))
+    assert expected.min() / expected.max() == pytest.approx(TROUGH_SHARE, rel=1e-3)
+    assert int(np.argmin(expected)) == 120  # 02:00 UTC
+    assert int(np.argmax(expected)) == 840  # 14:00 UTC
+    assert expected.sum() == pytest.approx(272_000, rel=1e-6)
+
+
+def test_healthy_world_shows_its_true_rates() -> None:
+    """Seeded counters recover the true rates: regeneration, faithful share, p95 bucket."""
+    samples = simulate(world())
+    requests = counter(samples, "rag_requests_total")[-1]
+    assert requests == pytest.approx(2 * 272_000, rel=0.01)
+    regenerations = counter(samples, "rag_feedback_events_total", kind="regenerate")[-1]
+    assert regenerations / requests == pytest.approx(0.05, abs=0.002)
+    scored = counter(samples, "rag_faithfulness_evaluations_total", outcome="scored")[-1]
+    below = counter(samples, "rag_faithfulness_below_threshold_total")[-1]
+    assert scored / requests == pytest.approx(0.02, abs=0.001)
+    assert 1 - below / scored == pytest.approx(0.92, abs=0.01)
+    total = counter(samples, "rag_stage_latency_seconds_count", stage="total")[-1]
+    share = {
+        le: counter(samples, "rag_stage_latency_seconds_bucket", stage="total", le=repr(le))[-1]
+        / total
+        for le in LATENCY_BUCKETS
+    }
+    assert share[1.0] < 0.95 < share[1.5]  # p95 1.2 s lies in the (1.0, 1.5] bucket
+    assert HEALTHY_P95_S == 1.2
+
+
+def test_incident_changes_only_its_window() -> None:
+    """An incident doubles regeneration during its hours and not outside them."""
+    incident = Incident.parse("regeneration:1d14h:2h")
+    samples = simulate(world(incidents=[incident], requests_per_day=1_800_000))
+    requests = np.diff(counter(samples, "rag_requests_total"), prepend=0)
+    regenerations = np.diff(counter(samples, "rag_feedback_events_total"), prepend=0)
+    during = slice(1440 + 14 * 60, 1440 + 16 * 60)
+    assert regenerations[during].sum() / requests[during].sum() == pytest.approx(0.10, abs=0.01)
+    before = slice(0, 1440 + 14 * 60)
+    assert regenerations[before].sum() / requests[before].sum() == pytest.approx(0.05, abs=0.003)
+
+
+def test_sampler_floor_and_capacity() -> None:
+    """The hourly floor raises night sampling; the capacity caps every minute."""
+    night = slice(1440 + 60, 1440 + 4 * 60)  # 01:00-04:00 on the second day
+    floored = simulate(world(min_scored_per_hour=120, requests_per_day=45_000))
+    scored = np.diff(counter(floored, "rag_faithfulness_evaluations_total"), prepend=0)
+    assert scored[night].sum() / 3 >= 100  # ~120 an hour where 2% gives ~5
+    capped = simulate(world(sample_rate=1.0, max_scored_per_second=1.0))
+    assert np.diff(counter(capped, "rag_faithfulness_evaluations_total")).max() <= 60
+
+
+def test_same_seed_same_world() -> None:
+    """A world is the same on every run of the same seed."""
+    first, second = simulate(world()), simulate(world())
+    assert all(np.array_equal(a[2], b[2]) for a, b in zip(first.series, second.series, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        ("latency:1d", "kind:start:duration"),
+        ("outage:1d:1h", "unknown kind 'outage'"),
+        ("latency:one day:1h", "not a duration"),
+    ],
+    ids=["missing-part", "unknown-kind", "bad-duration"],
+)
+def test_incident_spec_errors_say_what_to_write(spec: str, error: str) -> None:
+    """A wrong --incident names what is wrong."""
+    with pytest.raises(ValueError, match=error):
+        Incident.parse(spec)
+
+
+def test_incident_all_is_every_kind() -> None:
+    """``all`` degrades every rate at once."""
+    assert set(Incident.parse("all:8d14h:6h").kinds) == {
+        "faithfulness",
+        "regeneration",
+        "false_exclusion",
+        "latency",
+    }
+
+
+def test_chunks_cover_the_range_under_the_points_limit() -> None:
+    """query_range chunks cover every evaluation once, each under 11,000 points."""
+    parts = list(chunks(0, 60 * 30_000, 60))
+    assert parts[0][0] == 0
+    assert parts[-1][1] == 60 * 30_000
+    assert all(b[0] == a[1] + 60 for a, b in itertools.pairwise(parts))
+    assert all((last - first) / 60 + 1 <= 11_000 for first, last in parts)
+
+
+@pytest.mark.parametrize(("step", "block"), [(60, "162h"), (15, "18h"), (1, "2h")])
+def test_block_duration_fits_one_query(step: float, block: str) -> None:
+    """Backfill blocks are as long as one query_range of evaluations allows."""
+    assert block_duration(step) == block
+
+
+@pytest.mark.usefixtures("restored_logging")  # main() configures logging
+def test_missing_prometheus_is_refused_clearly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without promtool and prometheus on PATH the command exits 2 and says what to install."""
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(BacktestError, match="promtool and prometheus not found"):
+        find_tools()
+    assert main(["rules", "backtest", "--simulate", "--evaluate", "1h", "--warm-up", "1h"]) == 2
+    assert "apt install prometheus" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("restored_logging")  # main() configures logging
+def test_incident_outside_the_counted_days_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """An incident in the warm-up or after the world's end would measure nothing: refused."""
+    arguments = ["rules", "backtest", "--simulate", "--evaluate", "1d"]
+    assert main([*arguments, "--incident", "latency:8d14h:1h"]) == 2
+    assert "outside the counted part" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["rules", "--config", "mine.yaml", "backtest", "--simulate"],
+        ["rules", "backtest", "--config", "mine.yaml", "--simulate"],
+    ],
+    ids=["config-before-backtest", "config-after-backtest"],
+)
+def test_config_applies_wherever_it_is_given(argv: list[str]) -> None:
+    """``--config`` reaches the backtest before or after the word ``backtest``."""
+    from monitor.cli import _parser
+
+    assert str(_parser().parse_args(argv).config) == "mine.yaml"
+
+
+@pytest.mark.usefixtures("restored_logging")  # main() configures logging
+def test_plain_rules_still_prints_the_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    """``rag-monitor rules`` without an action prints the rule file as before."""
+    assert main(["rules"]) == 0
+    assert capsys.readouterr().out.startswith("# Generated by `rag-monitor rules`")

@@ -1,0 +1,71 @@
+"""Kafka trace records: telling the payload format by the first bytes, and decoding."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from collectors.kafka import decode_trace_record, sniff_format
+from monitor.events import InvalidRecord
+from monitor.pipeline import SpanBatch, WholeTrace
+
+TRACE_ID = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
+
+
+def _otlp_proto(spans: int = 1) -> bytes:
+    request = ExportTraceServiceRequest()
+    scope = request.resource_spans.add().scope_spans.add()
+    for number in range(spans):
+        span = scope.spans.add(
+            trace_id=TRACE_ID,
+            span_id=(number + 1).to_bytes(8, "big"),
+            name="s",
+            start_time_unix_nano=1,
+            end_time_unix_nano=2,
+        )
+        span.attributes.add(key="openinference.span.kind").value.string_value = "CHAIN"
+    return request.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (b'{"schema": "rag-trace/1", "trace_id": "t"}', "rag_trace_json"),
+        (b' \t\r\n{"schema": "rag-trace/1"}', "rag_trace_json"),
+        (b'{"resourceSpans": []}', "otlp_json"),
+        (b"{broken", "otlp_json"),
+        (b"\n{broken", "otlp_proto"),  # field 1, length 123: a protobuf message
+        (b"\x0b\x0c{}", "otlp_proto"),  # whitespace to bytes.lstrip, not to JSON
+        (b"", "otlp_proto"),
+        (b"   ", "otlp_proto"),
+    ],
+    ids=["rag-trace", "rag-trace-after-whitespace", "otlp-json", "broken-json", "proto-brace",
+         "non-json-whitespace", "empty", "only-whitespace"],
+)  # fmt: skip
+def test_format_is_told_by_the_first_byte_after_whitespace(value: bytes, expected: str) -> None:
+    """JSON starts with "{" after whitespace; anything else is OTLP protobuf."""
+    assert sniff_format(value) == expected
+
+
+def test_a_large_protobuf_record_is_sniffed_and_decoded() -> None:
+    """A record of many spans (whose first byte is a newline) decodes to one span batch."""
+    value = _otlp_proto(spans=300)
+    assert sniff_format(value) == "otlp_proto"
+    item, rejected = decode_trace_record(value, "auto")
+    assert isinstance(item, SpanBatch)
+    assert (len(item.spans), rejected, item.ticket) == (300, 0, None)
+
+
+def test_a_rag_trace_record_decodes_to_a_whole_trace() -> None:
+    """auto: a rag-trace/1 record becomes one WholeTrace from Kafka."""
+    item, rejected = decode_trace_record(b'{"schema": "rag-trace/1", "trace_id": "ab12"}', "auto")
+    assert isinstance(item, WholeTrace)
+    assert (item.trace.trace_id, item.trace.source, rejected) == ("ab12", "kafka", 0)
+
+
+def test_a_record_whose_spans_are_all_refused_is_invalid() -> None:
+    """Every span refused: the record as a whole is invalid (it is dead-lettered)."""
+    request = ExportTraceServiceRequest.FromString(_otlp_proto())
+    request.resource_spans[0].scope_spans[0].spans[0].start_time_unix_nano = 0
+    with pytest.raises(InvalidRecord, match="every span was rejected"):
+        decode_trace_record(request.SerializeToString(), "otlp_proto")
