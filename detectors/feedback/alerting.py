@@ -50,7 +50,7 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
                 severity="ticket",
                 summary="Regeneration rate is outside its control band ({{ $labels.job }})",
                 description=f"Over the last {window}, the share of requests regenerated "
-                f"({ratio}) is {{{{ $value | humanizePercentage }}}} away from what the same "
+                f'({ratio}) is {{{{ printf "%.2f" $value }}}} (as a share) away from what the same '
                 f"hours of the past {guardrails.baseline_weeks} weeks (or, while they are "
                 f"missing, the last {guardrails.baseline}) expect ({expected}): more than the "
                 f"band's half width ({BAND.half_width(window)}), z {z:g} times the binomial "

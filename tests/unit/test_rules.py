@@ -90,7 +90,10 @@ def test_golden_rule_file_is_the_current_generator_output(tmp_path: Path) -> Non
 
 def test_promtool_unit_tests_pass(tmp_path: Path) -> None:
     """Every fragment's promtool unit tests pass against the assembled rule file."""
-    test_files = [str(path) for path in write_promtool_suite(Config(), tmp_path)]
+    # Relative names: promtool offsets a group's evaluations by a hash of its rule file's
+    # path, and the seasonal band's expected values depend on those times. A temporary
+    # directory in the path would make them change from run to run.
+    test_files = [path.name for path in write_promtool_suite(Config(), tmp_path)]
     # one file per detector with rules, one of the sidecar
     assert len(test_files) == len(DETECTORS) - len(WITHOUT_RULES) + 1
     result = subprocess.run(
