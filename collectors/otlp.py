@@ -24,6 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
+from collectors.double_arrays import FiniteFloats, finite_doubles
 from monitor.trace import MAX_DOCUMENTS
 
 # A retriever span listing more documents than this is refused (see MAX_DOCUMENTS).
@@ -199,7 +200,8 @@ def _proto_value(value: AnyValue) -> Any:
         return text
     kind = value.WhichOneof("value")
     if kind == "array_value":
-        return [_proto_value(item) for item in value.array_value.values]
+        array = value.array_value
+        return finite_doubles(array) or [_proto_value(item) for item in array.values]
     if kind == "kvlist_value":
         return _proto_attributes(value.kvlist_value.values)
     return getattr(value, kind) if kind else None
@@ -343,8 +345,10 @@ def _checked_span(
             continue  # most values; spares the number checks below
         if isinstance(value, float) and not math.isfinite(value):
             raise SpanRejected(f"attribute {key} is not a finite number")
-        if isinstance(value, list) and any(
-            isinstance(item, float) and not math.isfinite(item) for item in value
+        if (
+            isinstance(value, list)
+            and type(value) is not FiniteFloats  # checked as a whole when decoded
+            and any(isinstance(item, float) and not math.isfinite(item) for item in value)
         ):
             raise SpanRejected(f"attribute {key} holds a non-finite number")
     if documents > MAX_DOCUMENTS_PER_SPAN:

@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from collectors.double_arrays import FiniteFloats
+
 # A tuple, not ``int | float``: that expression builds a union object on every
 # call, and these checks run for every document of every trace.
 _NUMBER_TYPES = (int, float)
@@ -138,6 +140,8 @@ def count(value: Any) -> int:
 
 
 def vector(value: Any) -> tuple[float, ...] | None:
+    if type(value) is FiniteFloats:  # decoded and checked as a whole
+        return tuple(value)
     if isinstance(value, list) and value and all(number(item) is not None for item in value):
         return tuple(float(item) for item in value)
     return None

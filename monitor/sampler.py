@@ -126,6 +126,7 @@ class Sampler:
         min_per_hour: float = 0.0,
         thumbs_down_wait_s: float = THUMBS_DOWN_WAIT_S,
         max_awaiting: int = MAX_AWAITING,
+        held_form: Callable[[RagTrace], RagTrace] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.queue: queue.Queue[Sampled] = queue.Queue(maxsize=queue_size)
@@ -140,6 +141,9 @@ class Sampler:
         self._bucket = TokenBucket(max_per_second, max(1.0, max_per_second), clock)
         self._wait_s = thumbs_down_wait_s
         self._max_awaiting = max_awaiting
+        # What of an unsampled trace is held while feedback may still take it: only what
+        # the scorer reads, since up to ``max_awaiting`` of them are held at a time.
+        self._held_form = held_form or (lambda trace: trace)
         self._clock = clock
         # Unsampled traces, held briefly in case thumbs-down feedback arrives for them,
         # and thumbs-down trace ids that arrived before their trace: both by arrival time.
@@ -164,7 +168,7 @@ class Sampler:
                 return False
             return self._put(Sampled(trace, "rate"))
         if self._thumbs_down:
-            self._hold(self._awaiting, trace.trace_id, (now, trace))
+            self._hold(self._awaiting, trace.trace_id, (now, self._held_form(trace)))
         return False
 
     def observe_event(self, event: Event) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import replace
 from typing import ClassVar, get_args
 
 import structlog
@@ -91,6 +92,12 @@ class FaithfulnessMetrics:
         )
 
 
+def without_query_vector(trace: RagTrace) -> RagTrace:
+    """The trace as the scorer needs it: a query vector (1,536 numbers, about 50 KB) is not
+    read by HHEM, and thousands of unsampled traces are held for feedback."""
+    return trace if trace.query_embedding is None else replace(trace, query_embedding=None)
+
+
 class FaithfulnessDetector:
     """Sampled HHEM-2.1-Open faithfulness of answers against their supplied contexts."""
 
@@ -121,6 +128,7 @@ class FaithfulnessDetector:
             max_per_second=config.max_per_second,
             queue_size=queue_size,
             min_per_hour=config.min_scored_per_hour,
+            held_form=without_query_vector,
         )
         self.worker = worker or ScoringWorker(
             config, self.sampler.queue, self._record, self._state, self._stats, registry=registry

@@ -22,6 +22,7 @@ from tests.conformance.llama_index_app import (
     QUESTIONS,
     RERANK_MODEL,
     Answered,
+    HashEmbedding,
     RagApp,
 )
 
@@ -103,6 +104,15 @@ def test_retrieved_and_tenant(conformance: Conformance) -> None:
     for answered, trace in run.pairs():
         assert trace.retrieved == tuple(n.node.ref_doc_id for n in answered.retrieved)
         assert trace.tenant == answered.tenant
+
+
+def test_query_embedding(conformance: Conformance) -> None:
+    """The query vector the embedding model returned, number for number (256 of them: the
+    protobuf array is decoded as a whole)."""
+    run = run_app(conformance)
+    for answered, trace in run.pairs():
+        expected = HashEmbedding()._get_query_embedding(answered.question)
+        assert trace.query_embedding == tuple(expected), answered.question
 
 
 def test_stages(conformance: Conformance) -> None:

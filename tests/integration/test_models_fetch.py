@@ -43,6 +43,7 @@ from monitor.config import load_config
 from monitor.demo import warn_missing_models
 from tests.conftest import REPO, free_port, make_config, sample, wait_until
 from tests.hhem_checkpoint import build_checkpoint, reference_scores
+from tests.tiny_bert import save_tiny_bert
 
 pytestmark = pytest.mark.integration
 
@@ -134,24 +135,6 @@ def _files(directory: Path) -> Files:
     }
 
 
-def _tiny_embedder(directory: Path) -> Files:
-    from transformers import BertConfig, BertModel, BertTokenizer
-
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "where", "is", "my", "parcel"]
-    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    BertTokenizer(str(directory / "vocab.txt")).save_pretrained(directory)
-    config = BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=64,
-    )
-    BertModel(config).save_pretrained(directory)
-    return _files(directory)
-
-
 @pytest.fixture(scope="module")
 def published(tmp_path_factory: pytest.TempPathFactory) -> Published:
     """The tiny HHEM checkpoint as the hub publishes it, its foundation, and an embedder."""
@@ -164,7 +147,7 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Published:
     foundation = _files(root / "flan-t5-foundation")
     foundation["model.safetensors"] = b"foundation weights the scorer never reads"
     (root / "embedder").mkdir()
-    embedder = _tiny_embedder(root / "embedder")
+    embedder = _files(save_tiny_bert(root / "embedder", ["where", "is", "my", "parcel"]))
     embedder["pytorch_model.bin"] = b"a second copy of the weights"
     embedder["onnx/model.onnx"] = b"an export the embedder never reads"
     return Published(hhem, foundation, embedder, checkpoint, model)

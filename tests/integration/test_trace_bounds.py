@@ -1,5 +1,5 @@
 """Bounded work per trace: one OTLP request holding a 50,000-span chain (each span the parent
-of the next) costs the pipeline under a second, and the traffic behind it keeps flowing."""
+of the next) costs the pipeline seconds, not minutes, and the traffic behind it keeps flowing."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ pytestmark = pytest.mark.integration
 StartSidecar = Callable[..., Sidecar]
 CHAIN_SPANS = 50_000
 GRACE_S = 0.2
+# The quadratic root search this guards against took 212 s on such a chain; the linear
+# walk took under a second alone and 1.3 s once inside the full suite. Not a benchmark.
+MAX_PIPELINE_S = 5.0
 PROTOBUF = "application/x-protobuf"
 
 
@@ -47,11 +50,11 @@ def chain_request(length: int) -> bytes:
 @pytest.mark.parametrize(
     ("max_spans", "refused"), [(None, 45_000), (50_000, 0)], ids=["default-bound", "held-whole"]
 )
-def test_a_50k_span_chain_takes_under_a_second_and_traffic_keeps_flowing(
+def test_a_50k_span_chain_takes_seconds_not_minutes_and_traffic_keeps_flowing(
     start_sidecar: StartSidecar, max_spans: int | None, refused: int
 ) -> None:
     """The chain is accepted, refused beyond max_spans_per_trace (or held whole) and emitted,
-    and a RAG request posted right after it is processed within grace_s + 1 s."""
+    and a RAG request posted right after it is processed within grace_s + MAX_PIPELINE_S."""
     assembly: dict[str, float] = {"grace_s": GRACE_S}
     if max_spans is not None:
         assembly["max_spans_per_trace"] = max_spans
@@ -72,7 +75,7 @@ def test_a_50k_span_chain_takes_under_a_second_and_traffic_keeps_flowing(
 
     wait_until(both_processed, timeout=30, every=0.01)
     pipeline_s = time.monotonic() - accepted - GRACE_S  # both wait grace_s after their root
-    assert pipeline_s < 1.0, f"{pipeline_s:.2f}s of pipeline time"
+    assert pipeline_s < MAX_PIPELINE_S, f"{pipeline_s:.2f}s of pipeline time"
     labels = {"collector": "otlp", "reason": "max_spans_per_trace"}
     assert sample(registry, "rag_monitor_refused_spans_total", **labels) == refused
     assert sample(registry, "rag_monitor_assembled_traces_total", outcome="complete") == 1

@@ -18,6 +18,7 @@ from detectors.drift.reference import list_references, set_reference
 from detectors.drift.store import DriftStore
 from monitor.trace import RagTrace
 from tests.conftest import sample, wait_until
+from tests.tiny_bert import save_tiny_bert
 
 DIM = 32
 
@@ -300,26 +301,8 @@ TOPICS = [
 @pytest.fixture(scope="module")
 def tiny_embedder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A one-layer BERT with a vocabulary of the test's words, saved as a model directory."""
-    from transformers import BertConfig, BertModel, BertTokenizer
-
-    directory = tmp_path_factory.mktemp("tiny-embedder")
     words = sorted({word for topic in TOPICS for word in topic} | {"where", "is", "my", "how"})
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
-    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    BertTokenizer(str(directory / "vocab.txt")).save_pretrained(directory)
-    import torch
-
-    torch.manual_seed(0)
-    settings = BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=32,
-    )
-    BertModel(settings).save_pretrained(directory)
-    return directory
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny-embedder"), words)
 
 
 def questions(rng: np.random.Generator, n: int) -> list[str]:

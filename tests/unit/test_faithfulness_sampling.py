@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from prometheus_client import CollectorRegistry
 
+from detectors.faithfulness.detector import without_query_vector
 from monitor.sampler import Sampler, TokenBucket, trace_fraction
 from monitor.trace import Feedback, Label, RagTrace
 from tests.conftest import sample
@@ -218,3 +219,23 @@ def test_no_floor_keeps_the_configured_rate() -> None:
     s = sampler(registry, clock, sample_rate=0.02, always_sample=[])
     offer_hourly(s, clock, per_hour=60, hours=1)
     assert effective_rate(registry) == 0.02
+
+
+def test_traces_held_for_feedback_are_held_in_the_given_form() -> None:
+    """An unsampled trace waits for thumbs-down without its query vector (the faithfulness
+    detector's held form); a thumbs-down then queues that form, the rest intact."""
+    clock = FakeClock()
+    s = sampler(CollectorRegistry(), clock, sample_rate=1e-9, held_form=without_query_vector)
+    held = RagTrace(
+        trace_id="d" * 32,
+        time=datetime.now(UTC),
+        source="otlp",
+        query="q",
+        answer="a",
+        query_embedding=tuple(float(i) for i in range(1536)),
+    )
+    assert not s.offer(held)
+    assert s.observe_event(Feedback(trace_id="d" * 32, kind="thumbs_down"))
+    queued = s.queue.queue[0].trace
+    assert queued.query_embedding is None
+    assert (queued.trace_id, queued.query, queued.answer) == ("d" * 32, "q", "a")
