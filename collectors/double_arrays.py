@@ -1,4 +1,4 @@
-"""Arrays of doubles in OTLP protobuf (embedding vectors), decoded as a whole.
+"""Arrays of doubles in OTLP (embedding vectors), decoded as a whole.
 
 An embedding span carries its vector as an ``ArrayValue`` of one ``AnyValue``
 per number. Read one element at a time through the protobuf runtime, a
@@ -8,10 +8,13 @@ in C; when every element has the one layout a double has (field 1, 9 bytes:
 ``double_value``, 8 little-endian bytes), numpy reads all the numbers at once
 and checks them finite. Anything else (another kind, an unknown field, a
 non-finite number) returns None, and the element-wise path decides as before,
-so what is accepted, rejected and why does not change.
+so what is accepted, rejected and why does not change. OTLP/JSON arrays get the
+same treatment when every element is a plain ``{"doubleValue": number}``.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 from opentelemetry.proto.common.v1.common_pb2 import ArrayValue
@@ -22,6 +25,8 @@ MIN_ELEMENTS = 16
 # AnyValue.double_value (field 4, 64-bit).
 _HEAD = np.array([(1 << 3) | 2, 9, (4 << 3) | 1], dtype=np.uint8)
 _ELEMENT = 3 + 8
+# What orjson makes of a JSON number (it refuses infinities and integers past 64 bits).
+_JSON_NUMBERS = frozenset({float, int})
 
 
 class FiniteFloats(list[float]):
@@ -44,3 +49,20 @@ def finite_doubles(array: ArrayValue) -> FiniteFloats | None:
     if not np.isfinite(numbers).all():
         return None
     return FiniteFloats(numbers.tolist())
+
+
+def json_finite_doubles(items: Any) -> FiniteFloats | None:
+    """OTLP/JSON ``arrayValue.values`` when all are finite ``{"doubleValue": number}``, else
+    None (strings such as "NaN", booleans and other kinds take the element-wise path)."""
+    if not isinstance(items, list) or len(items) < MIN_ELEMENTS:
+        return None
+    try:
+        numbers = [item["doubleValue"] for item in items if len(item) == 1]
+    except (KeyError, TypeError):
+        return None
+    if len(numbers) != len(items) or not {type(n) for n in numbers} <= _JSON_NUMBERS:
+        return None
+    array = np.array(numbers, dtype=np.float64)
+    if not np.isfinite(array).all():
+        return None
+    return FiniteFloats(array.tolist())

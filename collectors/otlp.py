@@ -24,7 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
-from collectors.double_arrays import FiniteFloats, finite_doubles
+from collectors.double_arrays import FiniteFloats, finite_doubles, json_finite_doubles
 from monitor.trace import MAX_DOCUMENTS
 
 # A retriever span listing more documents than this is refused (see MAX_DOCUMENTS).
@@ -311,7 +311,8 @@ def _json_value(value: Any) -> Any:
             raise TypeError("doubleValue must be a number")
         return float(raw)
     if "arrayValue" in value:
-        return [_json_value(item) for item in value["arrayValue"].get("values", [])]
+        items = value["arrayValue"].get("values", [])
+        return json_finite_doubles(items) or [_json_value(item) for item in items]
     if "kvlistValue" in value:
         return _json_attributes(value["kvlistValue"].get("values", []))
     if "bytesValue" in value:

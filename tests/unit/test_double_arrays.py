@@ -11,7 +11,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from collectors.double_arrays import MIN_ELEMENTS, FiniteFloats
 from collectors.otlp import decode_otlp_json, decode_otlp_proto
 from collectors.span_text import vector
-from tests.conftest import to_otlp_json
+from tests.conftest import json_body, json_span, to_otlp_json
 from tests.otel_traffic import MemoryExporter, tracer_for
 
 VECTOR = "embedding.embeddings.0.embedding.vector"
@@ -42,8 +42,32 @@ def test_a_long_vector_decodes_to_the_numbers_the_sdk_sent() -> None:
     assert type(got) is FiniteFloats
     assert got == sent
     assert math.copysign(1.0, got[1537]) == -1.0  # -0.0 keeps its sign
-    assert decode_otlp_json(to_otlp_json(body)).spans == [span]
+    [from_json] = decode_otlp_json(to_otlp_json(body)).spans
+    assert from_json == span
+    assert type(from_json.attributes[VECTOR]) is FiniteFloats
     assert vector(got) == tuple(sent)
+
+
+def json_vector_span(values: list[object]) -> dict[str, object]:
+    return json_span(attributes=[{"key": VECTOR, "value": {"arrayValue": {"values": values}}}])
+
+
+def test_json_vectors_with_whole_numbers_strings_or_booleans_decode_as_before() -> None:
+    """A JSON encoder may write 0.0 as 0 (a whole-array float), a double as "NaN" (the span
+    is rejected as before) or a boolean (malformed, as before)."""
+    whole = [{"doubleValue": 0}, *({"doubleValue": x} for x in numbers(40))]
+    [span] = decode_otlp_json(json_body(json_vector_span(whole))).spans
+    assert type(span.attributes[VECTOR]) is FiniteFloats
+    assert span.attributes[VECTOR][0] == 0.0
+    assert type(span.attributes[VECTOR][0]) is float
+    for bad, reason in (("NaN", "non-finite"), (True, "malformed")):
+        values = [*({"doubleValue": x} for x in numbers(40)), {"doubleValue": bad}]
+        decoded = decode_otlp_json(json_body(json_vector_span(values)))
+        assert decoded.rejected == 1
+        assert reason in (decoded.first_error or "")
+    mixed = [*({"doubleValue": x} for x in numbers(40)), {"stringValue": "x", "doubleValue": 1.0}]
+    [span] = decode_otlp_json(json_body(json_vector_span(mixed))).spans
+    assert span.attributes[VECTOR][-1] == "x"  # stringValue first, as element by element
 
 
 def test_a_non_finite_number_in_a_long_vector_rejects_its_span_as_before() -> None:
