@@ -3,7 +3,7 @@
 An embedding span carries its vector as an ``ArrayValue`` of one ``AnyValue``
 per number. Read one element at a time through the protobuf runtime, a
 1,536-dimension vector cost about 0.5 ms, more than the rest of its trace
-(tests/perf/bench_ingest.py ``--vector-dim``). The runtime re-encodes the array
+(tests/perf/bench_vectors.py). The runtime re-encodes the array
 in C; when every element has the one layout a double has (field 1, 9 bytes:
 ``double_value``, 8 little-endian bytes), numpy reads all the numbers at once
 and checks them finite. Anything else (another kind, an unknown field, a
