@@ -101,7 +101,11 @@ class ControlBand:
         recent_hits = f"({sum_increase(self.hits, guardrails.baseline)} or {n} * 0)"
         recent_events = sum_increase(self.events, guardrails.baseline)
         seasonal = self.seasonal_count(window)
-        variance = f"{p0} * (1 - {p0}) * (1 / {n} + 1 / {n0})"
+        # At a share of 1 (every request regenerated) increase()'s extrapolation can put the
+        # centre a hair above 1, and the square root of a negative variance would blank the
+        # band and silence its alert: the variance takes the centre at most 1.
+        centre = f"clamp_max({p0}, 1)"
+        variance = f"{centre} * (1 - {centre}) * (1 / {n} + 1 / {n0})"
         history = f"{self.zscore(window)}[{guardrails.baseline}]"
         return [
             {"record": n, "expr": sum_increase(self.events, window)},

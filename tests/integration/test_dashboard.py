@@ -101,14 +101,24 @@ def shadow_twins(start: int) -> list[RagRequest]:
 
 def otlp_requests() -> list[RagRequest]:
     """Every golden probe, a leak, an unpriced model, a plain request and its shadow twin, all
-    with TTFT, an intent and document types."""
+    with TTFT, an intent and document types.
+
+    Every request asks the same question, so each gets a session of its own but the plain
+    request, re-asked every round in session s1: one regeneration a round. With every
+    request a re-ask the regeneration share sat at 1, where the extrapolation of
+    ``increase()`` could put the band's centre above 1 and its width at NaN.
+    """
     start = time.time_ns()
     round_ = [probe_request(probe, start) for probe in PROBES]
     round_.append(probe_request(None, start))
     round_.append(RagRequest(start_ns=start, model="no-such-model-anywhere"))
-    round_.append(RagRequest(start_ns=start))
     round_.append(RagRequest(start_ns=start, extra={"rag.variant": "shadow"}))
     round_ += shadow_twins(start)
+    round_ = [
+        replace(request, extra={"session.id": f"s{start}-{i}", **request.extra})
+        for i, request in enumerate(round_)
+    ]
+    round_.append(RagRequest(start_ns=start))
     intents = [INTENTS[i % len(INTENTS)] for i in range(len(round_))]
     return [
         sliced(replace(request, ttft_s=TTFT_S), intent)
