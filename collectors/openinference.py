@@ -155,6 +155,7 @@ class TraceMapper:
             service_name=_label_value(request.resource.get("service.name")),
             service_version=_label_value(request.resource.get("service.version")),
             deployment_environment=_label_value(request.resource.get("deployment.environment")),
+            instrumentation=_label_value(_instrumentation(request, spans)),
         )
 
     def _is_rag_request(self, kinds: Iterable[str], query: str | None) -> bool:
@@ -310,6 +311,12 @@ def _label_value(value: Any) -> str | None:
     (a version of 10 kB is a producer's bug, not a release)."""
     value = text(value)
     return value if value is not None and len(value) <= MAX_RELEASE_ATTRIBUTE_LENGTH else None
+
+
+def _instrumentation(request: Span, spans: Sequence[Span]) -> str | None:
+    """The request span's instrumentation scope, else the first span's that names one
+    (an app's own root span may carry an empty scope name)."""
+    return request.scope or next((span.scope for span in spans if span.scope), None)
 
 
 def _embedding_model(span: Span | None) -> str | None:

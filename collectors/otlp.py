@@ -100,6 +100,9 @@ class Span:
     events: tuple[SpanEvent, ...] = ()
     # The resource's attributes (service.name, ...): one mapping shared by its spans.
     resource: Mapping[str, Any] = field(default_factory=dict)
+    # The instrumentation scope's name (``openinference.instrumentation.langchain``, ...):
+    # which instrumentation wrote the span, for field coverage per instrumentation.
+    scope: str = ""
 
     @property
     def duration_s(self) -> float:
@@ -148,15 +151,16 @@ def spans_from_request(request: ExportTraceServiceRequest) -> DecodedSpans:
     for resource_spans in request.resource_spans:
         resource = _proto_attributes(resource_spans.resource.attributes)
         for scope_spans in resource_spans.scope_spans:
+            scope = scope_spans.scope.name
             for span in scope_spans.spans:
                 try:
-                    keep(_proto_span(span, resource))
+                    keep(_proto_span(span, resource, scope))
                 except SpanRejected as exc:
                     decoded.reject(str(exc))
     return decoded
 
 
-def _proto_span(span: ProtoSpan, resource: Mapping[str, Any]) -> Span:
+def _proto_span(span: ProtoSpan, resource: Mapping[str, Any], scope: str) -> Span:
     parent = span.parent_span_id
     return _checked_span(
         trace_id=_proto_id(span.trace_id, 16, "trace_id"),
@@ -174,6 +178,7 @@ def _proto_span(span: ProtoSpan, resource: Mapping[str, Any]) -> Span:
         if span.events
         else (),
         resource=resource,
+        scope=scope,
     )
 
 
@@ -222,9 +227,10 @@ def decode_otlp_json(body: bytes) -> DecodedSpans:
         except (TypeError, ValueError, KeyError, AttributeError):
             resource = {}  # a bad resource costs its attributes, not its spans
         for scope_spans in _json_list(resource_spans, "scopeSpans", "scope_spans"):
+            scope = _json_scope_name(scope_spans)
             for span in _json_list(scope_spans, "spans", "spans"):
                 try:
-                    decoded.spans.append(_json_span(span, resource))
+                    decoded.spans.append(_json_span(span, resource, scope))
                 except SpanRejected as exc:
                     decoded.reject(str(exc))
                 except (TypeError, ValueError, KeyError, AttributeError) as exc:
@@ -241,7 +247,14 @@ def _json_list(node: Any, camel: str, snake: str) -> list[Any]:
     return items
 
 
-def _json_span(span: dict[str, Any], resource: Mapping[str, Any]) -> Span:
+def _json_scope_name(scope_spans: Any) -> str:
+    """The scope's name, or "" when it has none or a malformed one (it costs no span)."""
+    scope = scope_spans.get("scope") if isinstance(scope_spans, dict) else None
+    name = scope.get("name") if isinstance(scope, dict) else None
+    return name if isinstance(name, str) else ""
+
+
+def _json_span(span: dict[str, Any], resource: Mapping[str, Any], scope: str) -> Span:
     parent = span.get("parentSpanId", span.get("parent_span_id")) or None
     return _checked_span(
         trace_id=_json_id(span.get("traceId", span.get("trace_id")), 16, "traceId"),
@@ -260,6 +273,7 @@ def _json_span(span: dict[str, Any], resource: Mapping[str, Any]) -> Span:
             for event in span.get("events", [])
         ),
         resource=resource,
+        scope=scope,
     )
 
 
@@ -334,6 +348,7 @@ def _checked_span(
     attributes: dict[str, Any],
     events: tuple[SpanEvent, ...],
     resource: Mapping[str, Any],
+    scope: str,
 ) -> Span:
     if start_ns <= 0 or end_ns < start_ns:
         raise SpanRejected("span times must satisfy 0 < start <= end")
@@ -354,4 +369,6 @@ def _checked_span(
             raise SpanRejected(f"attribute {key} holds a non-finite number")
     if documents > MAX_DOCUMENTS_PER_SPAN:
         raise SpanRejected(f"span lists {documents} documents, more than {MAX_DOCUMENTS_PER_SPAN}")
-    return Span(trace_id, span_id, parent, name, start_ns, end_ns, attributes, events, resource)
+    return Span(
+        trace_id, span_id, parent, name, start_ns, end_ns, attributes, events, resource, scope
+    )

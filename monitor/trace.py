@@ -105,6 +105,9 @@ class Context:
     score: Finite | None = None
     tenant: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=_empty)
+    # True when the producer gave the document no id and the mapping derived one from its
+    # text: it is still evidence the generator saw, but no label or gold set can name it.
+    id_derived: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +161,9 @@ class RagTrace:
     # The representation of ``query_embedding``: the embedding model that produced it. Vectors
     # of different models share neither a basis nor, always, a dimension (detectors/drift).
     query_embedding_model: ReleaseAttribute | None = None
+    # The OpenTelemetry instrumentation scope of the request span (``opentelemetry.
+    # instrumentation.langchain``, ...): field coverage is counted per instrumentation.
+    instrumentation: ReleaseAttribute | None = None
 
 
 @dataclass(frozen=True, slots=True)
