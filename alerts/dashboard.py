@@ -17,7 +17,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from alerts import health
+from alerts import coverage, health
 from alerts.rules import component_section
 from monitor.components import Annotation, DetectorComponent, Panel, Row, load_components
 from monitor.config import Config
@@ -88,14 +88,14 @@ def dashboard_rows(
     config: Config, components: Sequence[DetectorComponent] | None = None
 ) -> list[Row]:
     """The rows of the dashboard: the registered components' (or ``components``') by
-    ``order``, then the sidecar's health."""
+    ``order``, then what the monitor sees (field coverage), then the sidecar's health."""
     chosen = load_components() if components is None else components
     rows = [
         row
         for component in chosen
         for row in component.rows(component_section(config, component), config.guardrails)
     ]
-    return [*rows, *health.rows()]
+    return [*rows, *coverage.rows(config.guardrails), *health.rows()]
 
 
 def build_dashboard(

@@ -5,7 +5,8 @@
 
 Each registered detector component (``monitor.components``) contributes a
 ``RuleFragment`` built from its own config section and ``guardrails``; the
-sidecar's own health rules (``alerts.health``) come last. Two groups:
+field-coverage ticket (``alerts.coverage``) and the sidecar's own health rules
+(``alerts.health``) come last. Two groups:
 ``rag-monitor.recording`` turns the sidecar's counters and histograms into
 per-job ratios and quantiles, ``rag-monitor.alerts`` compares them with the
 guardrails. The guardrail alerts read production traffic only
@@ -25,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from alerts import health
+from alerts import coverage, health
 from monitor.components import DetectorComponent, RuleFragment, load_components
 from monitor.config import Config
 from monitor.evidence import derivation_header
@@ -44,7 +45,11 @@ def rule_fragments(
     """(owner, fragment) for every component by ``order``, then the sidecar's own."""
     chosen = load_components() if components is None else components
     fragments = [(c.name, c.rules(component_section(config, c), config.guardrails)) for c in chosen]
-    return [*fragments, ("monitor", health.rules(config.guardrails))]
+    return [
+        *fragments,
+        ("coverage", coverage.rules(config, chosen)),
+        ("monitor", health.rules(config.guardrails)),
+    ]
 
 
 def build_rules(

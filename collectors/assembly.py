@@ -210,5 +210,14 @@ class SpanAssembly:
                 log.exception("trace_build_failed", trace_id=assembled.trace_id)
                 emitted.append(EmittedTrace(None, assembled.outcome, assembled.tickets, True))
             else:
-                emitted.append(EmittedTrace(trace, assembled.outcome, assembled.tickets))
+                # A trace that is no request keeps who wrote it, for field coverage.
+                scope = None if trace else next((s.scope for s in assembled.spans if s.scope), None)
+                emitted.append(
+                    EmittedTrace(trace, assembled.outcome, assembled.tickets, False, scope)
+                )
         return emitted
+
+
+def _first_scope(spans: Iterable[Span]) -> str | None:
+    """The first instrumentation scope name the spans carry."""
+    return next((span.scope for span in spans if span.scope), None)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -205,13 +205,19 @@ def _no_rows(config: Any, guardrails: Any) -> list[Row]:
     return []
 
 
+def _no_fields(config: Any, guardrails: Any) -> Collection[str]:
+    return ()
+
+
 @dataclass(frozen=True)
 class DetectorComponent:
     """A registered detector: its config model, how to build it, its rules and panels.
 
     ``order`` places its rules and dashboard rows among the others (lower first).
-    ``rules`` and ``rows`` take the component's own validated config section and
-    the root ``guardrails`` section.
+    ``rules``, ``rows`` and ``fields`` take the component's own validated config section
+    and the root ``guardrails`` section. ``fields`` names the ``RagTrace`` fields its
+    detector reads as configured (``monitor.coverage.PRESENT``; none when the section
+    turns it off): the field-coverage ticket watches them.
     """
 
     name: str
@@ -223,6 +229,7 @@ class DetectorComponent:
     order: int = 100
     commands: Sequence[Command] = ()
     models: ModelSupport | None = None  # models read from disk (``rag-monitor models fetch``)
+    fields: Callable[[Any, Any], Collection[str]] = _no_fields
 
 
 class Receiver(Protocol):

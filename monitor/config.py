@@ -29,11 +29,12 @@ from pydantic import (
 from pydantic_core import CoreSchema
 
 from monitor.components import load_components
+from monitor.coverage import DEFAULT_INSTRUMENTATIONS, MAX_INSTRUMENTATIONS
 from monitor.guardrails import GuardrailsConfig as GuardrailsConfig  # noqa: PLC0414 (re-exported)
 from monitor.kafka_config import KafkaConfig
 from monitor.section import Section
 from monitor.state import DEFAULT_STATE_MAX_BYTES
-from monitor.variants import DEFAULT_VARIANTS, MAX_VARIANTS, VariantList
+from monitor.variants import DEFAULT_VARIANTS, MAX_VARIANTS, AllowList, VariantList
 
 ENV_PREFIX = "RAG_MONITOR_"
 
@@ -112,6 +113,13 @@ class ServiceConfig(Section):
         description="allowed rag.variant values (the variant label of every guardrail series); "
         "production is implied and is the variant of a trace without rag.variant; others are "
         "exported as other and counted in rag_variant_folded_total",
+    )
+    instrumentations: AllowList = Field(
+        default_factory=lambda: list(DEFAULT_INSTRUMENTATIONS),
+        max_length=MAX_INSTRUMENTATIONS,
+        description="instrumentation scope names kept as the instrumentation label of "
+        "rag_trace_fields_total (field coverage); others are exported as other, a trace "
+        "without a scope name as none",
     )
 
 

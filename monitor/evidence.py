@@ -118,14 +118,15 @@ class BoundedShare:
     bound: Callable[[str], str]
     side: Side
     complement: bool = False
+    by: str = "job"  # the labels each share is kept apart by
 
     def recording(self, window: str, z: float) -> list[dict[str, Any]]:
         """The three recording rules of ``window``, the bound at ``z``."""
-        point = ratio(sum_rate(self.hits, window), sum_rate(self.events, window))
+        point = ratio(sum_rate(self.hits, window, self.by), sum_rate(self.events, window, self.by))
         share = self.share(window)
         count = self.count(window)
         return [
-            {"record": count, "expr": sum_increase(self.events, window)},
+            {"record": count, "expr": sum_increase(self.events, window, self.by)},
             {"record": share, "expr": f"1 - (\n{point}\n)" if self.complement else point},
             {"record": self.bound(window), "expr": wilson_bound(share, count, z, self.side)},
         ]

@@ -126,5 +126,15 @@ class GuardrailsConfig(Section):
     min_events: int = Field(
         20, ge=1, description="denominator events a window needs before a ratio alert may fire"
     )
+    field_missing_max: float = Field(
+        0.05,
+        gt=0,
+        lt=1,
+        description="share of production requests that may lack a field an enabled detector "
+        "reads; past it (on the lower bound over coverage_window) RagTraceFieldMissing tickets",
+    )
+    coverage_window: Duration = Field(
+        "1h", description="window of the field-coverage ticket (RagTraceFieldMissing)"
+    )
     job: str = Field("rag-monitor", description="Prometheus job scraping the sidecar")
     runbook_base: str = Field("README.md", description="document or URL of the runbook anchors")

@@ -21,10 +21,11 @@ from typing import Any, Literal, Protocol, get_args
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from monitor.coverage import DEFAULT_INSTRUMENTATIONS, FieldCoverage
 from monitor.detector import Detector
 from monitor.metrics import queue_depth
 from monitor.trace import Event, ExclusionOutcome, Feedback, JudgeScore, RagTrace, Source
-from monitor.variants import DEFAULT_VARIANTS, ByVariant, VariantFolding
+from monitor.variants import DEFAULT_VARIANTS, PRODUCTION, ByVariant, VariantFolding
 from monitor.worker import Worker
 
 log = structlog.get_logger("rag_monitor.pipeline")
@@ -74,6 +75,8 @@ class EmittedTrace:
     outcome: Literal["complete", "expired", "evicted"]
     tickets: list[Ticket]
     failed: bool = False  # the mapping raised; counted as an assembly error
+    # The trace's instrumentation scope when it is no RAG request (field coverage counts it).
+    instrumentation: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,10 +145,14 @@ class PipelineMetrics:
     """The sidecar's own counters, shared by the collectors and the pipeline."""
 
     def __init__(
-        self, registry: CollectorRegistry, variants: Collection[str] = DEFAULT_VARIANTS
+        self,
+        registry: CollectorRegistry,
+        variants: Collection[str] = DEFAULT_VARIANTS,
+        instrumentations: Collection[str] = DEFAULT_INSTRUMENTATIONS,
     ) -> None:
         self.registry = registry  # the pipeline's worker reports to its supervisor
         self.variants = VariantFolding(variants, registry)
+        self.coverage = FieldCoverage(registry, instrumentations)
         requests = Counter(
             "rag_requests_total",
             "RAG requests seen, by source and variant (service.variants).",
@@ -344,6 +351,7 @@ class Pipeline:
                 self.metrics.detector_errors.labels("assembly").inc()
             elif emitted.trace is None:
                 self.metrics.traces["not_rag"].inc()
+                self.metrics.coverage.unreadable(emitted.instrumentation)
             else:
                 self.metrics.traces[emitted.outcome].inc()
                 self._process(emitted.trace)
@@ -354,6 +362,8 @@ class Pipeline:
         # Folded once here, so that every detector's variant label stays in service.variants.
         trace = self.metrics.variants.fold(trace)
         self.metrics.requests[trace.source].of(trace).inc()
+        if trace.variant is None or trace.variant == PRODUCTION:
+            self.metrics.coverage.observe(trace)
         for detector in self._detectors:
             self._guarded(detector, detector.observe, trace)
 

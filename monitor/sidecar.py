@@ -67,7 +67,9 @@ class Sidecar:
         self.pipeline = Pipeline(
             _trace_assembly(config, collectors),
             [*build_detectors(config, self.registry, emit), *extra_detectors],
-            PipelineMetrics(self.registry, config.service.variants),
+            PipelineMetrics(
+                self.registry, config.service.variants, config.service.instrumentations
+            ),
         )
         emit.bind(self.pipeline)
         self.readiness.add("pipeline", self.pipeline.alive)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from detectors.cost import alerting
 from detectors.cost.config import CostConfig
 from monitor.components import BuildContext, DetectorComponent
@@ -14,11 +16,17 @@ def _build(config: CostConfig, context: BuildContext) -> Detector:
     return CostDetector(config, context.registry)
 
 
+def _fields(config: CostConfig, guardrails: Any) -> tuple[str, ...]:
+    """Cost is priced from the tokens the models reported."""
+    return ("usage",)
+
+
 COMPONENT = DetectorComponent(
     name="cost",
     config_model=CostConfig,
     description="cost per query",
     build=_build,
+    fields=_fields,
     rules=alerting.rules,
     rows=alerting.rows,
     order=20,

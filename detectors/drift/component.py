@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from detectors.drift import alerting
 from detectors.drift.commands import COMMANDS
@@ -84,11 +85,19 @@ def missing_embedder(config: DriftConfig) -> list[str]:
     ]
 
 
+def _fields(config: DriftConfig, guardrails: Any) -> tuple[str, ...]:
+    """Traced query vectors, or the query text an embedder turns into one."""
+    if not config.enabled:
+        return ()
+    return ("query_vector",) if config.embedder is None else ("query",)
+
+
 COMPONENT = DetectorComponent(
     name="drift",
     config_model=DriftConfig,
     description="query-embedding drift",
     build=_build,
+    fields=_fields,
     rules=alerting.rules,
     rows=alerting.rows,
     order=60,

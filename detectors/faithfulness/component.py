@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from detectors.faithfulness import alerting
 from detectors.faithfulness.config import FaithfulnessConfig
@@ -90,11 +91,17 @@ def missing_models(config: FaithfulnessConfig) -> list[str]:
     return []
 
 
+def _fields(config: FaithfulnessConfig, guardrails: Any) -> tuple[str, ...]:
+    """HHEM judges the answer against the contexts' text."""
+    return ("answer", "contexts") if config.enabled else ()
+
+
 COMPONENT = DetectorComponent(
     name="faithfulness",
     config_model=FaithfulnessConfig,
     description="sampled HHEM faithfulness",
     build=_build,
+    fields=_fields,
     rules=alerting.rules,
     rows=alerting.rows,
     order=40,

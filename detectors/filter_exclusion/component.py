@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from detectors.filter_exclusion import alerting
 from detectors.filter_exclusion.config import FilterExclusionConfig
 from monitor.components import BuildContext, DetectorComponent
@@ -15,11 +17,17 @@ def _build(config: FilterExclusionConfig, context: BuildContext) -> Detector:
     return FilterExclusionDetector(config, context.registry, emit=context.emit)
 
 
+def _fields(config: FilterExclusionConfig, guardrails: Any) -> tuple[str, ...]:
+    """Gold documents are matched against the retrieved ids."""
+    return ("retrieved_ids",)
+
+
 COMPONENT = DetectorComponent(
     name="filter_exclusion",
     config_model=FilterExclusionConfig,
     description="relevance-filter false exclusions",
     build=_build,
+    fields=_fields,
     rules=alerting.rules,
     rows=alerting.rows,
     order=50,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from detectors.latency import alerting
 from detectors.latency.config import LatencyConfig
 from monitor.components import BuildContext, DetectorComponent
+from monitor.config import GuardrailsConfig
+from monitor.coverage import stage_field
 from monitor.detector import Detector
 
 
@@ -14,11 +16,17 @@ def _build(config: LatencyConfig, context: BuildContext) -> Detector:
     return LatencyDetector(config, context.registry)
 
 
+def _fields(config: LatencyConfig, guardrails: GuardrailsConfig) -> tuple[str, ...]:
+    """The stages with a latency SLO (total is every request's own duration)."""
+    return tuple(stage_field(stage) for stage in guardrails.latency_slo if stage != "total")
+
+
 COMPONENT = DetectorComponent(
     name="latency",
     config_model=LatencyConfig,
     description="stage latency",
     build=_build,
+    fields=_fields,
     rules=alerting.rules,
     rows=alerting.rows,
     order=10,

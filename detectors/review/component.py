@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from detectors.review import alerting
 from detectors.review.commands import COMMANDS
 from detectors.review.config import ReviewConfig
@@ -24,11 +26,17 @@ def _build(config: ReviewConfig, context: BuildContext) -> Detector:
     )
 
 
+def _fields(config: ReviewConfig, guardrails: Any) -> tuple[str, ...]:
+    """A reviewer reads the query and the answer."""
+    return ("query", "answer") if config.enabled else ()
+
+
 COMPONENT = DetectorComponent(
     name="review",
     config_model=ReviewConfig,
     description="human review queue: sampled answers, the reviewer's page, judge agreement",
     build=_build,
+    fields=_fields,
     rules=alerting.rules,
     rows=alerting.rows,
     order=70,

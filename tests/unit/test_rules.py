@@ -38,6 +38,7 @@ STABLE_ALERTS = {
     "RagMonitorWorkerDown",
     "RagMonitorStateNearFull",
     "RagMonitorTraceTooLarge",
+    "RagTraceFieldMissing",  # issue 24: a field an enabled detector reads is missing
 }
 DETECTORS = [
     "latency", "release", "cost", "feedback", "slices", "faithfulness", "filter_exclusion",
@@ -94,8 +95,8 @@ def test_promtool_unit_tests_pass(tmp_path: Path) -> None:
     # path, and the seasonal band's expected values depend on those times. A temporary
     # directory in the path would make them change from run to run.
     test_files = [path.name for path in write_promtool_suite(Config(), tmp_path)]
-    # one file per detector with rules, one of the sidecar
-    assert len(test_files) == len(DETECTORS) - len(WITHOUT_RULES) + 1
+    # one file per detector with rules, one of field coverage, one of the sidecar
+    assert len(test_files) == len(DETECTORS) - len(WITHOUT_RULES) + 2
     result = subprocess.run(
         [tool("promtool"), "test", "rules", *test_files],
         capture_output=True,
@@ -120,9 +121,10 @@ def test_promtool_tests_cover_every_alert_firing_and_silent() -> None:
 
 
 def test_rules_come_from_the_registered_components_in_order() -> None:
-    """The eight detectors are registered by order; their fragments precede the sidecar's own."""
+    """The detectors are registered by order; their fragments precede field coverage's and
+    the sidecar's own."""
     assert [component.name for component in load_components()] == DETECTORS
-    assert [owner for owner, _ in rule_fragments(Config())] == [*DETECTORS, "monitor"]
+    assert [owner for owner, _ in rule_fragments(Config())] == [*DETECTORS, "coverage", "monitor"]
 
 
 def test_a_component_fragment_joins_the_rule_file() -> None:
@@ -138,8 +140,9 @@ def test_a_component_fragment_joins_the_rule_file() -> None:
         ),
     )
     recording, alerting = build_rules(Config(), [*load_components(), toy])["groups"]
-    assert recording["rules"][-1] == {"record": "rag:toy:sum", "expr": "sum(rag_toy_total)"}
-    assert [rule["alert"] for rule in alerting["rules"]][-7] == "RagToy"  # before the sidecar's 6
+    # before field coverage's 3 recordings and 1 ticket, and the sidecar's 6 alerts
+    assert recording["rules"][-4] == {"record": "rag:toy:sum", "expr": "sum(rag_toy_total)"}
+    assert [rule["alert"] for rule in alerting["rules"]][-8] == "RagToy"
 
 
 def test_every_design_alert_has_severity_and_annotations() -> None:
@@ -149,7 +152,8 @@ def test_every_design_alert_has_severity_and_annotations() -> None:
     for rule in alerts:
         assert rule["labels"]["severity"] in {"page", "ticket"}, rule["alert"]
         annotations = rule["annotations"]
-        triaged = not rule["alert"].startswith("RagMonitor")  # the sidecar's own: no cause
+        # the sidecar's own and field coverage: their cause is the sidecar or the mapping
+        triaged = not rule["alert"].startswith(("RagMonitor", "RagTraceFieldMissing"))
         expected = {"summary", "description", "runbook"} | (
             {"suspected_cause"} if triaged else set()
         )
