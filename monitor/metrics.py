@@ -48,13 +48,15 @@ def detector_up(registry: CollectorRegistry) -> Gauge:
 
 
 def samples_counter(registry: CollectorRegistry) -> Counter:
-    """``rag_monitor_samples_total{detector,outcome}``: what the samplers queued or dropped."""
+    """``rag_monitor_samples_total{detector,outcome}``: what the samplers queued, settled
+    or dropped."""
     return shared_metric(
         registry,
         Counter,
         "rag_monitor_samples",
-        "Traces taken for an expensive detector: queued, or dropped because its queue "
-        "was full or its max_per_second budget was spent.",
+        "Traces taken for an expensive detector: queued, settled inline (the detector "
+        "needed no work, e.g. no evidence to score), or dropped because its queue was full "
+        "or its max_per_second budget was spent.",
         ["detector", "outcome"],
     )
 

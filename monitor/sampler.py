@@ -7,7 +7,9 @@ traces that receive thumbs-down feedback within a bounded wait are always
 taken (``always_sample``); they skip the hash and the rate cap, since they are
 the few traces worth most. Hash-selected traces pass a token bucket of
 ``max_per_second``. Whatever is taken goes into a bounded queue; a full queue
-(or an empty bucket) drops the trace and counts it: ingestion never waits.
+(or an empty bucket) drops the trace and counts it: ingestion never waits. A detector
+may ``settle`` a taken trace inline when it needs no work (no evidence to score, say):
+it is counted ``settled``, neither queued nor charged to the rate cap.
 
 At low traffic ``sample_rate`` yields too few scored answers for an alert to rest on;
 ``min_scored_per_hour`` raises the rate so that, at the traffic of the last hour, that
@@ -127,6 +129,7 @@ class Sampler:
         thumbs_down_wait_s: float = THUMBS_DOWN_WAIT_S,
         max_awaiting: int = MAX_AWAITING,
         held_form: Callable[[RagTrace], RagTrace] | None = None,
+        settle: Callable[[Sampled], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.queue: queue.Queue[Sampled] = queue.Queue(maxsize=queue_size)
@@ -144,6 +147,8 @@ class Sampler:
         # What of an unsampled trace is held while feedback may still take it: only what
         # the scorer reads, since up to ``max_awaiting`` of them are held at a time.
         self._held_form = held_form or (lambda trace: trace)
+        # True when the detector settled a taken trace itself: nothing to queue.
+        self._settle = settle or (lambda sampled: False)
         self._clock = clock
         # Unsampled traces, held briefly in case thumbs-down feedback arrives for them,
         # and thumbs-down trace ids that arrived before their trace: both by arrival time.
@@ -152,21 +157,19 @@ class Sampler:
         counter = samples_counter(registry)
         self._queued = counter.labels(detector, "queued")
         self._dropped = counter.labels(detector, "dropped")
+        self._settled = counter.labels(detector, "settled")
 
     def offer(self, trace: RagTrace) -> bool:
         """Take ``trace`` if it is sampled; True when it was queued."""
         now = self._clock()
         self._expire(now)
         if self._probes and trace.probe_id is not None:
-            return self._put(Sampled(trace, "probe"))
+            return self._take(Sampled(trace, "probe"))
         if self._thumbs_down and self._disliked.pop(trace.trace_id, None) is not None:
-            return self._put(Sampled(trace, "thumbs_down"))
+            return self._take(Sampled(trace, "thumbs_down"))
         # Twins of a shadow pair share the draw, so a judge scores both or neither.
         if trace_fraction(trace.pair_id or trace.trace_id) < self._rate_now(now):
-            if not self._bucket.take():
-                self._dropped.inc()
-                return False
-            return self._put(Sampled(trace, "rate"))
+            return self._take(Sampled(trace, "rate"), capped=True)
         if self._thumbs_down:
             self._hold(self._awaiting, trace.trace_id, (now, self._held_form(trace)))
         return False
@@ -181,7 +184,7 @@ class Sampler:
         self._expire(now)
         held = self._awaiting.pop(event.trace_id, None)
         if held is not None:
-            return self._put(Sampled(held[1], "thumbs_down"))
+            return self._take(Sampled(held[1], "thumbs_down"))
         self._hold(self._disliked, event.trace_id, now)
         return False
 
@@ -199,7 +202,14 @@ class Sampler:
         """Unsampled traces held for possible thumbs-down feedback."""
         return len(self._awaiting)
 
-    def _put(self, sampled: Sampled) -> bool:
+    def _take(self, sampled: Sampled, *, capped: bool = False) -> bool:
+        """Settle ``sampled`` inline, or queue it (a ``capped`` one within the rate cap)."""
+        if self._settle(sampled):
+            self._settled.inc()
+            return False
+        if capped and not self._bucket.take():
+            self._dropped.inc()
+            return False
         try:
             self.queue.put_nowait(sampled)
         except queue.Full:

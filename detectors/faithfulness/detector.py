@@ -1,8 +1,11 @@
 """The faithfulness detector's front end: sample inline, score on the worker, export.
 
-``observe`` runs on the pipeline thread and only asks the sampler; the model
-runs on the worker thread (``worker.py``), scores go to the metrics and,
-when configured, to Phoenix as span annotations.
+``observe`` runs on the pipeline thread and only asks the sampler. A trace it takes that
+the model need not see (no answer, a blank answer, a refusal, no context with text:
+``triage.py``) is settled there and counted, never queued; the model runs on the worker
+thread (``worker.py``) on the rest, and scores go to the metrics and, when configured, to
+Phoenix as span annotations. Only scored answers enter the score, the pass share and the
+``JudgeScore`` events others act on.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import replace
-from typing import ClassVar, get_args
+from typing import ClassVar
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -22,16 +25,17 @@ from detectors.faithfulness.names import (
     EVALUATIONS_TOTAL,
     FAITHFULNESS_SCORE,
 )
+from detectors.faithfulness.triage import OUTCOMES, Triage, premise_of
 from detectors.faithfulness.worker import (
     Evaluation,
-    Outcome,
     ScoringWorker,
     WorkerState,
     WorkerStats,
 )
 from monitor.config import PhoenixConfig
 from monitor.metrics import detector_up
-from monitor.sampler import Sampler
+from monitor.missing import MissingInputs
+from monitor.sampler import Sampled, Sampler
 from monitor.trace import Event, JudgeScore, RagTrace
 from monitor.variants import ByVariant, variant_of
 
@@ -56,12 +60,13 @@ class FaithfulnessMetrics:
         self.score = ByVariant(score.labels)
         evaluations = Counter(
             EVALUATIONS_TOTAL,
-            "Sampled answers by outcome (scored, no_claims (empty), refusal, error) and variant.",
+            "Sampled answers by outcome (scored; no_answer, no_claims (blank), refusal, "
+            "no_context (no context with text): settled without the model; error) and variant.",
             ["outcome", "variant"],
             registry=registry,
         )
         self.evaluations = {
-            o: ByVariant(functools.partial(evaluations.labels, o)) for o in get_args(Outcome)
+            o: ByVariant(functools.partial(evaluations.labels, o)) for o in OUTCOMES
         }
         below_threshold = Counter(
             BELOW_THRESHOLD_TOTAL,
@@ -119,6 +124,8 @@ class FaithfulnessDetector:
         self.registry = registry
         self.enabled = config.enabled
         self.metrics = FaithfulnessMetrics(registry)
+        self.missing = MissingInputs(registry, self.name, ("answer", "contexts"))
+        self._triage = Triage(config)
         self._up = detector_up(registry).labels(self.name)
         self.sampler = Sampler(
             self.name,
@@ -129,6 +136,7 @@ class FaithfulnessDetector:
             queue_size=queue_size,
             min_per_hour=config.min_scored_per_hour,
             held_form=without_query_vector,
+            settle=self._settle,
         )
         self.worker = worker or ScoringWorker(
             config, self.sampler.queue, self._record, self._state, self._stats, registry=registry
@@ -170,6 +178,19 @@ class FaithfulnessDetector:
         self.metrics.model_pairs.inc(stats.pairs)
         self.metrics.model_seconds.inc(stats.seconds)
         self.metrics.cache_hits.inc(stats.cache_hits)
+
+    def _settle(self, sampled: Sampled) -> bool:
+        """Count a taken trace the model need not see; True when it was one."""
+        trace = sampled.trace
+        outcome = self._triage(trace)
+        if outcome is None:
+            return False
+        if outcome == "no_answer":
+            self.missing.count("answer")
+        if outcome in ("no_answer", "no_context") and not premise_of(trace):
+            self.missing.count("contexts")
+        self._record(Evaluation(trace, outcome))
+        return True
 
     def _record(self, evaluation: Evaluation) -> None:
         variant = variant_of(evaluation.trace)

@@ -4,17 +4,17 @@ evaluations.
 It loads the model on its own thread (the sidecar serves while it loads; with
 ``precision: auto`` it also measures the candidate precisions there, see
 ``precision.py``), then takes up to ``batch_size`` sampled traces at a time, waiting at most
-``MAX_BATCH_WAIT_S`` for a batch to fill. Answers without claims and refusals
-are settled without the model. The remaining (premise, hypothesis) pairs are
-looked up in an LRU cache, tokenized, sorted by length and scored in batches
-whose padding stays small, all under ``torch.inference_mode``.
+``MAX_BATCH_WAIT_S`` for a batch to fill. The detector settled every trace the model
+need not see before it was queued (``triage.py``): each one here has an answer and a
+premise. Their (premise, hypothesis) pairs are looked up in an LRU cache, tokenized,
+sorted by length and scored in batches whose padding stays small, all under
+``torch.inference_mode``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import queue
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -35,6 +35,7 @@ from detectors.faithfulness.hhem import (
     set_threads,
 )
 from detectors.faithfulness.precision import CalibrationCancelled, calibrate
+from detectors.faithfulness.triage import Outcome, premise_of, split_sentences
 from monitor.sampler import Sampled
 from monitor.trace import RagTrace
 from monitor.worker import Worker
@@ -44,15 +45,12 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("rag_monitor.faithfulness")
 
-Outcome = Literal["scored", "no_claims", "refusal", "error"]
 WorkerState = Literal["loading", "ready", "missing", "failed", "stopped"]
 
 MAX_BATCH_WAIT_S = 0.05
 # Stop waits this long for the batch in progress; what is still queued is not scored.
 STOP_TIMEOUT_S = 30.0
 STALL_S = 120.0  # one batch on a CPU may take seconds; loading the model is not counted
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
-_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,16 +70,6 @@ class WorkerStats:
     pairs: int
     seconds: float
     cache_hits: int
-
-
-def premise_of(trace: RagTrace) -> str:
-    """The evidence the generator saw: the contexts' texts in order, blank-line separated."""
-    return "\n\n".join(c.text for c in trace.contexts if c.text)
-
-
-def split_sentences(answer: str) -> list[str]:
-    """Sentences of an answer: split after . ! ? followed by space, and at line breaks."""
-    return [s.strip() for s in _SENTENCE_END.split(answer) if s.strip()]
 
 
 def pair_key(premise: str, hypothesis: str) -> bytes:
@@ -145,7 +133,6 @@ class ScoringWorker:
         self._on_state = on_state
         self._on_stats = on_stats
         self._load = load or self._load_scorer
-        self._refusals = [re.compile(p, re.IGNORECASE) for p in config.refusal_patterns]
         self._cache = ScoreCache(config.cache_size)
         self._batch_size = config.batch_size or (1 if config.device.startswith("cpu") else 8)
         self._logged_failure = False
@@ -188,27 +175,11 @@ class ScoringWorker:
         """False once the model turned out missing or broken: sampling would only drop."""
         return self.state in ("loading", "ready")
 
-    def classify(self, trace: RagTrace) -> Outcome | None:
-        """``no_claims`` or ``refusal`` when the answer needs no model; else None."""
-        answer = (trace.answer or "").strip()
-        if not answer:
-            return "no_claims"
-        normalized = " ".join(answer.translate(_APOSTROPHES).split())
-        if any(pattern.match(normalized) for pattern in self._refusals):
-            return "refusal"
-        if self._config.granularity == "sentence" and not split_sentences(answer):
-            return "no_claims"
-        return None
-
     def evaluate(self, scorer: HhemScorer, batch: Sequence[Sampled]) -> list[Evaluation]:
-        """Evaluate sampled traces: settle those without claims, score the rest."""
+        """Score sampled traces (triaged: each has an answer and a premise)."""
         evaluations: list[Evaluation] = []
         jobs: list[_Job] = []
         for sampled in batch:
-            outcome = self.classify(sampled.trace)
-            if outcome is not None:
-                evaluations.append(Evaluation(sampled.trace, outcome))
-                continue
             answer = (sampled.trace.answer or "").strip()
             hypotheses = (
                 [answer] if self._config.granularity == "answer" else split_sentences(answer)

@@ -16,10 +16,10 @@ from structlog.testing import capture_logs
 from detectors.faithfulness import FaithfulnessDetector
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.detector import SCORE_BUCKETS
-from detectors.faithfulness.hhem import HhemScorer, PreparedPair, read_checkpoint
-from detectors.faithfulness.worker import length_batches, split_sentences
+from detectors.faithfulness.hhem import HhemScorer, PreparedPair, length_batches, read_checkpoint
+from detectors.faithfulness.triage import OUTCOMES, split_sentences
 from monitor.sidecar import Sidecar
-from monitor.trace import Context, RagTrace
+from monitor.trace import Context, Event, Feedback, JudgeScore, RagTrace
 from tests.conftest import sample, wait_until
 from tests.hhem_checkpoint import TINY, Tiny, build_checkpoint, reference_scores
 from tests.otel_traffic import RagRequest, emit_rag_request, tracer_for
@@ -81,7 +81,7 @@ def outcome(detector: FaithfulnessDetector, name: str) -> float:
 
 
 def evaluated(detector: FaithfulnessDetector) -> float:
-    return sum(outcome(detector, o) for o in ("scored", "no_claims", "refusal", "error"))
+    return sum(outcome(detector, o) for o in OUTCOMES)
 
 
 def ready(detector: FaithfulnessDetector) -> None:
@@ -176,7 +176,8 @@ def test_bucket_bounds_step_by_five_hundredths() -> None:
 def test_empty_answers_and_refusals_are_counted_apart_from_scores(
     detectors: Callable[..., FaithfulnessDetector], tiny: Tiny
 ) -> None:
-    """Empty or blank answers are no_claims, refusals are refusal; neither reaches the histogram."""
+    """No answer (None or empty) is no_answer, a blank one no_claims, refusals are refusal;
+    none reaches the histogram."""
     directory, model = tiny
     detector = detectors(directory)
     ready(detector)
@@ -192,13 +193,108 @@ def test_empty_answers_and_refusals_are_counted_apart_from_scores(
     for i, answer in enumerate(answers):
         detector.observe(rag_trace(i, answer))
     wait_until(lambda: evaluated(detector) == len(answers))
-    assert outcome(detector, "no_claims") == 3
+    assert outcome(detector, "no_answer") == 2
+    assert outcome(detector, "no_claims") == 1
     assert outcome(detector, "refusal") == 3
     assert outcome(detector, "scored") == 1
     registry = detector.registry
     assert sample(registry, "rag_faithfulness_score_count") == 1
     expected = reference_scores(model, [(PREMISE, ANSWERS[0])])[0]
     assert sample(registry, "rag_faithfulness_score_sum") == pytest.approx(expected, abs=1e-5)
+
+
+# What a trace carries when its retriever returned nothing, or the mapping found no documents.
+NO_EVIDENCE = {
+    "no contexts": (),
+    "contexts without text": (Context(doc_id="d1"), Context(doc_id="d2", text="")),
+    "blank texts": (Context(doc_id="d1", text="  \n "),),
+}
+
+
+def test_answers_without_documents_are_no_context_and_never_reach_hhem(tiny: Tiny) -> None:
+    """The issue's case: 10 RAG traces whose retriever returned no documents, sampled at
+    rate 1, end as no_context (settled before the queue, contexts counted missing): no
+    score, no below-threshold, no JudgeScore; two traces with documents are still scored."""
+    directory, _ = tiny
+    config = FaithfulnessConfig.model_validate(
+        {"model": str(directory), "sample_rate": 1.0, "max_per_second": 1e6, "precision": "fp32"}
+    )
+    events: list[Event] = []
+    detector = FaithfulnessDetector(
+        config, CollectorRegistry(), emit=lambda event: events.append(event) is None
+    )
+    detector.start()
+    try:
+        ready(detector)
+        forms = list(NO_EVIDENCE.values())
+        for i in range(10):
+            detector.observe(rag_trace(i, ANSWERS[i % 6], contexts=forms[i % len(forms)]))
+        detector.observe(rag_trace(10, ANSWERS[0]))
+        detector.observe(rag_trace(11, ANSWERS[1]))
+        wait_until(lambda: evaluated(detector) == 12, timeout=60)
+    finally:
+        detector.shutdown()
+    registry = detector.registry
+    assert outcome(detector, "no_context") == 10
+    assert outcome(detector, "scored") == 2
+    assert sample(registry, "rag_faithfulness_score_count") == 2
+    assert sample(registry, "rag_faithfulness_model_pairs_total") == 2
+    assert [type(e) for e in events] == [JudgeScore, JudgeScore]
+    assert {e.trace_id for e in events if isinstance(e, JudgeScore)} == {f"{10:032x}", f"{11:032x}"}
+    samples = {
+        o: sample(registry, "rag_monitor_samples_total", detector="faithfulness", outcome=o)
+        for o in ("settled", "queued", "dropped")
+    }
+    assert samples == {"settled": 10, "queued": 2, "dropped": 0}
+    missing = "rag_monitor_detector_missing_inputs_total"
+    assert sample(registry, missing, detector="faithfulness", field="contexts") == 10
+    assert sample(registry, missing, detector="faithfulness", field="answer") == 0
+
+
+@pytest.mark.parametrize(
+    ("answer", "contexts", "expected", "missing"),
+    [
+        (ANSWERS[0], (), "no_context", ["contexts"]),
+        (None, CONTEXTS, "no_answer", ["answer"]),
+        ("", (), "no_answer", ["answer", "contexts"]),
+        ("I don't know.", (), "refusal", []),
+        ("  ", (), "no_claims", []),
+    ],
+    ids=["no-documents", "no-answer", "neither", "refusal-needs-no-documents", "blank-answer"],
+)
+def test_traces_the_model_need_not_see_are_settled_inline(
+    answer: str | None, contexts: tuple[Context, ...], expected: str, missing: list[str]
+) -> None:
+    """Settled on the pipeline thread with its outcome, whatever the model's state: never
+    queued; a field the outcome lacked is counted missing, one an outcome does not need
+    (a refusal's or a blank answer's documents) is not."""
+    config = FaithfulnessConfig.model_validate({"sample_rate": 1.0, "max_per_second": 1e6})
+    detector = FaithfulnessDetector(config, CollectorRegistry())  # not started: no model
+    detector.observe(rag_trace(1, answer, contexts))
+    assert {o: outcome(detector, o) for o in OUTCOMES if outcome(detector, o)} == {expected: 1}
+    assert detector.sampler.queue.qsize() == 0
+    counted = {
+        field
+        for field in ("answer", "contexts")
+        if sample(
+            detector.registry,
+            "rag_monitor_detector_missing_inputs_total",
+            detector="faithfulness",
+            field=field,
+        )
+    }
+    assert counted == set(missing)
+
+
+def test_a_thumbs_down_trace_without_documents_is_no_context() -> None:
+    """A trace held for feedback and taken by thumbs-down is triaged like a sampled one."""
+    config = FaithfulnessConfig.model_validate({"sample_rate": 1e-9, "min_scored_per_hour": 0})
+    detector = FaithfulnessDetector(config, CollectorRegistry())
+    detector.observe(rag_trace(7, ANSWERS[0], contexts=()))
+    assert outcome(detector, "no_context") == 0
+    detector.observe_event(Feedback(trace_id=f"{7:032x}", kind="thumbs_down"))
+    assert outcome(detector, "no_context") == 1
+    assert detector.sampler.queue.qsize() == 0
 
 
 def test_a_scorer_failure_is_an_error_and_the_worker_goes_on(

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from detectors.faithfulness.detector import without_query_vector
-from monitor.sampler import Sampler, TokenBucket, trace_fraction
+from monitor.sampler import Sampled, Sampler, TokenBucket, trace_fraction
 from monitor.trace import Feedback, Label, RagTrace
 from tests.conftest import sample
 
@@ -239,3 +239,32 @@ def test_traces_held_for_feedback_are_held_in_the_given_form() -> None:
     queued = s.queue.queue[0].trace
     assert queued.query_embedding is None
     assert (queued.trace_id, queued.query, queued.answer) == ("d" * 32, "q", "a")
+
+
+def settled(registry: CollectorRegistry) -> float:
+    return sample(registry, "rag_monitor_samples_total", detector="faithfulness", outcome="settled")
+
+
+def test_settled_traces_are_counted_neither_queued_nor_charged_to_the_cap() -> None:
+    """Traces the detector settles inline (ids starting with 0 here) are counted settled and
+    never queued; they spend no token, so the scorable ones still get the whole cap, and a
+    held trace taken by thumbs-down is settled the same way."""
+    clock = FakeClock()
+    registry = CollectorRegistry()
+    seen: list[str] = []
+
+    def settle(taken: Sampled) -> bool:
+        seen.append(taken.reason)
+        return taken.trace.trace_id.startswith("0")
+
+    s = sampler(registry, clock, sample_rate=1.0, max_per_second=5.0, settle=settle)
+    assert not any(s.offer(trace(f"0{i:031x}")) for i in range(100))
+    assert sum(s.offer(trace(f"1{i:031x}")) for i in range(100)) == 5
+    assert (settled(registry), queued(registry), dropped(registry)) == (100, 5, 95)
+    assert all(item.trace.trace_id.startswith("1") for item in list(s.queue.queue))
+    probe = sampler(CollectorRegistry(), clock, sample_rate=1e-9, settle=settle)
+    assert not probe.offer(trace("0" * 32, probe_id="q1"))
+    assert not probe.offer(trace("0" + "a" * 31))
+    assert not probe.observe_event(Feedback(trace_id="0" + "a" * 31, kind="thumbs_down"))
+    assert probe.queue.qsize() == 0
+    assert seen[-2:] == ["probe", "thumbs_down"]
