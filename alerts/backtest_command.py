@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # numpy and the rest load only when a backtest runs: --help s
     from alerts.simulate import Incident, World
 
 _STAGE = re.compile(r'stage="(\w+)"')
+# The fields the coverage ticket watches: field=~"answer|contexts|..." in its recordings.
+_FIELDS = re.compile(r'field=~"([\w|]+)"')
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -131,6 +133,7 @@ def simulated_world(
         max_scored_per_second=getattr(faithfulness, "max_per_second", 5.0),
         min_scored_per_hour=float(getattr(faithfulness, "min_scored_per_hour", 0) or 0),
         stages=tuple(sorted({"total", *_STAGE.findall(exprs)})),
+        fields=tuple(sorted({f for found in _FIELDS.findall(exprs) for f in found.split("|")})),
         incidents=incidents,
         seed=args.seed,
         job=config.guardrails.job,

@@ -5,7 +5,10 @@ Traffic is diurnal: the expected requests a minute follow a cosine from a night
 trough at 02:00 UTC (a twentieth of the peak) to a day peak at 14:00. Every true
 rate is constant unless an incident changes it: faithful share 0.92 of the scored
 answers, false exclusion 0.01 of one labelled query a minute, regeneration 0.05 of
-the requests, total latency lognormal with p95 1.2 s. The faithfulness sampler
+the requests, total latency lognormal with p95 1.2 s, and 0.01 of the requests lack
+each field the coverage ticket watches (questions nothing was retrieved for; a
+``coverage`` incident leaves every request without contexts, as an instrumentation
+the mapping cannot read does). The faithfulness sampler
 scores ``sample_rate`` of the requests, raised to ``min_scored_per_hour`` (when the
 config has that floor) from the previous hour's traffic, and at most
 ``max_per_second``. Every draw comes from one seeded generator, so a world is the
@@ -28,6 +31,7 @@ from numpy.typing import NDArray
 
 from alerts.scratch import write_openmetrics_series
 from monitor.buckets import LATENCY_BUCKETS
+from monitor.coverage import DEFAULT_INSTRUMENTATIONS, FIELDS_TOTAL
 from monitor.durations import parse_duration
 from monitor.promql import REQUESTS_TOTAL
 
@@ -40,7 +44,7 @@ ELIGIBLE_QUERIES_TOTAL = "rag_filter_eligible_queries_total"
 FALSE_EXCLUSIONS_TOTAL = "rag_filter_false_exclusions_total"
 STAGE_LATENCY_SECONDS = "rag_stage_latency_seconds"
 
-IncidentKind = Literal["faithfulness", "regeneration", "false_exclusion", "latency"]
+IncidentKind = Literal["faithfulness", "regeneration", "false_exclusion", "latency", "coverage"]
 INCIDENT_KINDS: tuple[IncidentKind, ...] = get_args(IncidentKind)
 STEP_S = 60  # the world's scrape interval: every counter is sampled once a minute
 TROUGH_SHARE = 1 / 20  # the night trough's traffic over the day peak's
@@ -62,6 +66,8 @@ class Rates:
     false_exclusion: float = 0.01
     regeneration: float = 0.05
     total_p95_s: float = HEALTHY_P95_S
+    contexts_missing: float = 0.01  # the share of requests without contexts
+    field_missing: float = 0.01  # the same for each other watched field
 
 
 HEALTHY = Rates()
@@ -71,7 +77,10 @@ INCIDENT_RATES: dict[IncidentKind, dict[str, float]] = {
     "regeneration": {"regeneration": 2 * HEALTHY.regeneration},
     "false_exclusion": {"false_exclusion": 0.06},
     "latency": {"total_p95_s": INCIDENT_P95_S},
+    "coverage": {"contexts_missing": 1.0},
 }
+# The instrumentation scope of the simulated requests.
+SIMULATED_INSTRUMENTATION = DEFAULT_INSTRUMENTATIONS[0]
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,7 @@ class World:
     max_scored_per_second: float
     min_scored_per_hour: float = 0.0
     stages: tuple[str, ...] = ("total",)
+    fields: tuple[str, ...] = ()  # what the coverage ticket watches (monitor.coverage)
     incidents: Sequence[Incident] = ()
     seed: int = 0
     job: str = "rag-monitor"
@@ -207,6 +217,12 @@ def simulate(world: World) -> Samples:
     for stage in world.stages:
         p95 = rates["total_p95_s"] if stage == "total" else np.full(steps, HEALTHY_P95_S / 4)
         add_latency(samples, {**labels, "stage": stage}, p95, requests, rng)
+    for name in world.fields:
+        share = rates["contexts_missing" if name == "contexts" else "field_missing"]
+        missing = rng.binomial(requests, share)
+        field = {**base, "field": name, "instrumentation": SIMULATED_INSTRUMENTATION}
+        samples.add(FIELDS_TOTAL, {**field, "present": "false"}, missing)
+        samples.add(FIELDS_TOTAL, {**field, "present": "true"}, requests - missing)
     return samples
 
 

@@ -1,5 +1,5 @@
-"""Cardinality: traffic with hundreds of intents, variants, document types, services and
-versions leaves the sidecar's /metrics within what its configured lists allow."""
+"""Cardinality: traffic with hundreds of intents, variants, document types, services,
+versions and instrumentation scopes leaves the sidecar's /metrics within what its configured lists allow."""
 
 from __future__ import annotations
 
@@ -30,6 +30,10 @@ DISTINCT = 300  # distinct values of each attribute in the traffic
 INTENTS = ["billing", "refunds", "shipping", "account"]
 DOCUMENT_TYPES = ["application/pdf", "text/html", "text/markdown"]
 RELEASE = {"max_versions_per_service": 5, "max_services": 8}
+INSTRUMENTATIONS = [
+    "openinference.instrumentation.langchain",
+    "opentelemetry.instrumentation.langchain",
+]
 
 
 def pool(prefix: str, listed: list[str]) -> list[str | None]:
@@ -40,6 +44,7 @@ def pool(prefix: str, listed: list[str]) -> list[str | None]:
 def traffic(rng: random.Random) -> list[RagTrace]:
     intents, variants = pool("intent", INTENTS), pool("variant", ["shadow", "canary"])
     types = pool("type", DOCUMENT_TYPES)
+    scopes = pool("acme.tracer", INSTRUMENTATIONS)
     versions = [f"1.{n}.0" for n in range(DISTINCT)]
     services = [f"svc-{n}" for n in range(30)]
     environments = [f"env-{n}" for n in range(10)]
@@ -70,6 +75,7 @@ def traffic(rng: random.Random) -> list[RagTrace]:
                 service_name=rng.choice(services),
                 service_version=rng.choice(versions),
                 deployment_environment=rng.choice(environments),
+                instrumentation=rng.choice(scopes),
             )
         )
     return traces
@@ -99,6 +105,7 @@ def allowed_values(config: Config) -> dict[str, int]:
         "service": RELEASE["max_services"],
         "version": RELEASE["max_versions_per_service"],  # per service
         "environment": MAX_ENVIRONMENTS_PER_VERSION,
+        "instrumentation": len(config.service.instrumentations) + 2,  # + other, none
     }
 
 
@@ -125,11 +132,12 @@ def family_bound(labelsets: set[tuple[tuple[str, str], ...]], allowed: dict[str,
 def test_series_stay_within_the_configured_lists(
     start_sidecar: Callable[..., Sidecar], tmp_path: Path
 ) -> None:
-    """10,000 traces with hundreds of intents, variants, document types and versions: every
+    """10,000 traces with hundreds of intents, variants, document types, versions and
+    instrumentation scopes (300 each): every
     label value is allowed and each family's series count is within the configured bound."""
     checkpoint, _ = build_checkpoint(tmp_path / "hhem")
     sidecar = start_sidecar(
-        service={"state_dir": str(tmp_path / "state")},
+        service={"state_dir": str(tmp_path / "state"), "instrumentations": INSTRUMENTATIONS},
         detectors={
             "slices": {"intents": INTENTS, "document_types": DOCUMENT_TYPES},
             "release": RELEASE,
@@ -167,6 +175,8 @@ def test_series_stay_within_the_configured_lists(
     assert values["variant"] == {"production", "shadow", "canary", OTHER}
     assert values["intent"] == {*INTENTS, OTHER, NONE}
     assert values["document_type"] == {*DOCUMENT_TYPES, OTHER, NONE}
+    # (field coverage counts production requests only: about 33 of the 10,000 here)
+    assert OTHER in values["instrumentation"] <= {*INSTRUMENTATIONS, OTHER, NONE}
     assert len(versions) == RELEASE["max_services"]
     assert all(len(v) == RELEASE["max_versions_per_service"] for v in versions.values())
     assert sample(registry, "rag_variant_folded_total") > 0

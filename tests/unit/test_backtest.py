@@ -24,6 +24,7 @@ from detectors.filter_exclusion import names as filter_exclusion
 from detectors.latency import names as latency
 from monitor.buckets import LATENCY_BUCKETS
 from monitor.cli import main
+from monitor.coverage import FIELDS_TOTAL
 
 DAY_S = 86_400
 
@@ -204,7 +205,30 @@ def test_incident_all_is_every_kind() -> None:
         "regeneration",
         "false_exclusion",
         "latency",
+        "coverage",
     }
+
+
+def test_coverage_incident_leaves_requests_without_contexts() -> None:
+    """A coverage incident: every request of its hours lacks contexts, 1% before; the
+    other watched fields stay at 1% and present + missing add up to the requests."""
+    incident = Incident.parse("coverage:1d14h:2h")
+    samples = simulate(world(incidents=[incident], fields=("answer", "contexts")))
+    requests = np.diff(counter(samples, "rag_requests_total"), prepend=0)
+
+    def missing(field: str) -> np.ndarray:
+        return np.diff(counter(samples, FIELDS_TOTAL, field=field, present="false"), prepend=0)
+
+    present = np.diff(counter(samples, FIELDS_TOTAL, field="contexts", present="true"), prepend=0)
+    during, before = slice(1440 + 14 * 60, 1440 + 16 * 60), slice(0, 1440 + 14 * 60)
+    assert (missing("contexts")[during] == requests[during]).all()
+    assert missing("contexts")[before].sum() / requests[before].sum() == pytest.approx(
+        0.01, abs=0.002
+    )
+    assert missing("answer")[during].sum() / requests[during].sum() == pytest.approx(
+        0.01, abs=0.005
+    )
+    assert (missing("contexts") + present == requests).all()
 
 
 def test_chunks_cover_the_range_under_the_points_limit() -> None:
