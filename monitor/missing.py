@@ -8,22 +8,23 @@ did not get, in ``rag_monitor_detector_missing_inputs_total{detector,field}``, a
 on without it. Every detector shares this one counter, so one query shows what each
 detector could not see.
 
-The field names are those of the pipeline's field coverage (``rag_trace_fields_total``):
-coverage says what requests carry, this counter what each detector had to do without.
+The field names are those of the pipeline's field coverage (``monitor.coverage``,
+``rag_trace_fields_total``), the ones a component names in ``DetectorComponent.fields``:
+coverage says what production requests carry, this counter what each detector, on every
+trace it looked at, had to do without.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final, Literal
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter
 
+from monitor.coverage import PRESENT
 from monitor.metrics import shared_metric
 
 MISSING_INPUTS_TOTAL: Final = "rag_monitor_detector_missing_inputs_total"
-
-InputField = Literal["query", "answer", "contexts", "retrieved_ids", "usage", "query_vector"]
 
 
 class MissingInputs:
@@ -32,9 +33,7 @@ class MissingInputs:
     Its series exist at 0 from the start, so a rate over them is defined before the first
     miss."""
 
-    def __init__(
-        self, registry: CollectorRegistry, detector: str, fields: Iterable[InputField]
-    ) -> None:
+    def __init__(self, registry: CollectorRegistry, detector: str, fields: Iterable[str]) -> None:
         counter = shared_metric(
             registry,
             Counter,
@@ -44,8 +43,12 @@ class MissingInputs:
             "field: counted instead of computing a value from nothing.",
             ["detector", "field"],
         )
-        self._children = {field: counter.labels(detector, field) for field in fields}
+        self._children = {}
+        for field in fields:
+            if field not in PRESENT:
+                raise ValueError(f"{field!r} is not a field of the coverage (monitor.coverage)")
+            self._children[field] = counter.labels(detector, field)
 
-    def count(self, field: InputField) -> None:
+    def count(self, field: str) -> None:
         """Count one trace that lacked ``field``."""
         self._children[field].inc()

@@ -7,7 +7,9 @@ generator cost. An unpriced entry is counted in
 ``rag_cost_unpriced_requests_total{reason}`` and makes the request's cost a
 lower bound, counted as ``rag_cost_requests_total{pricing="partial"}``. A
 request with nothing priced is not observed at all: a guessed 0 would pull the
-cost-per-query guardrail down exactly when it is blind.
+cost-per-query guardrail down exactly when it is blind. A request without any token
+usage (and no producer cost) is also counted as a missing input
+(``rag_monitor_detector_missing_inputs_total{detector="cost",field="usage"}``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from detectors.cost.names import (
     REQUEST_COST_USD,
 )
 from monitor.detector import InlineDetector
+from monitor.missing import MissingInputs
 from monitor.trace import RagTrace, Usage
 from monitor.variants import ByVariant, variant_of
 
@@ -198,6 +201,7 @@ class CostDetector(InlineDetector):
             ByVariant(functools.partial(pricing.labels, value))
             for value in ("complete", "partial", "unpriced")
         )
+        self._missing = MissingInputs(registry, self.name, ("usage",))
 
     def observe(self, trace: RagTrace) -> None:
         usages = [u for u in trace.usage if _has_usage(u)]
@@ -209,6 +213,7 @@ class CostDetector(InlineDetector):
             self._complete.of(trace).inc()
             return
         if not usages:
+            self._missing.count("usage")
             self._unpriced.labels("no_usage").inc()
             self._none_priced.of(trace).inc()
             return

@@ -2,8 +2,10 @@
 
 ``observe`` (the pipeline thread) only hands the query vector (or text, when an
 embedder is configured) and its representation to a bounded queue; a full queue is a
-counted drop. The worker tracks the representations (``representations.py``: shares,
-changes) and gives each vector to the lane of its representation (``lane.py``), which
+counted drop. A trace without the one it needs is counted as a missing input
+(``query_vector``, or ``query`` with an embedder), never tested as anything. The worker
+tracks the representations (``representations.py``: shares, changes) and gives each
+vector to the lane of its representation (``lane.py``), which
 validates it (wrong dimension, NaN/inf: rejected and counted), fills its reference from
 the first ``reference_size`` vectors unless one is stored, and tests its window every
 ``test_every_records`` new vectors; the results go to the gauges and to the history in
@@ -36,6 +38,7 @@ from detectors.drift.representations import RepresentationShares, representation
 from detectors.drift.result import DriftResult, Vectors
 from detectors.drift.state_writer import StateWriter
 from monitor.metrics import queue_depth
+from monitor.missing import MissingInputs
 from monitor.state import DEFAULT_STATE_MAX_BYTES, shared_state_dir
 from monitor.trace import Event, RagTrace
 from monitor.worker import Worker
@@ -86,6 +89,9 @@ class DriftDetector:
         self.state_dir = Path(state_dir)
         self.state = shared_state_dir(registry, self.state_dir, state_max_bytes)
         self.metrics = DriftMetrics(registry)
+        # The input the detector tests: traced query vectors, or the query its embedder embeds.
+        needs = "query_vector" if config.embedder is None else "query"
+        self._missing = MissingInputs(registry, self.name, [needs] if config.enabled else [])
         self._clock = clock
         self._random = random.Random(seed)
         self.seed = seed
@@ -115,10 +121,15 @@ class DriftDetector:
         at = trace.time.timestamp()
         if self.config.embedder is None:
             if trace.query_embedding is None:
+                self._missing.count("query_vector")
                 return
             item = _Item(trace.query_embedding, trace.query, at, representation)
         else:
-            item = _Item(None, trace.query, at, representation)
+            if not trace.query:
+                self._missing.count("query")
+                if representation is None:
+                    return  # nothing to embed and no traced representation to track
+            item = _Item(None, trace.query or None, at, representation)
         if not self._worker.offer(item):
             self.metrics.reject("queue_full")
 
@@ -221,10 +232,7 @@ class _DriftState:
     def _vectors(self, items: list[_Item]) -> list[Vectors | None]:
         if self.config.embedder is None:
             return [np.asarray(item.vector, dtype=np.float64) for item in items]
-        texts = [item.text for item in items]
-        for text in texts:
-            if not text:
-                self.metrics.reject("no_text")
+        texts = [item.text for item in items]  # None: no query, counted missing in observe
         wanted = [text for text in texts if text]
         if not wanted:
             return [None] * len(items)

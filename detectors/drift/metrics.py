@@ -29,9 +29,7 @@ from detectors.drift.names import (
 from detectors.drift.result import DriftResult
 
 SIGNAL = "query_embedding"
-RejectReason = Literal[
-    "wrong_dimension", "not_finite", "queue_full", "no_text", "unusable_reference"
-]
+RejectReason = Literal["wrong_dimension", "not_finite", "queue_full", "unusable_reference"]
 
 
 class DriftMetrics:
@@ -81,7 +79,7 @@ class DriftMetrics:
         ).labels(SIGNAL)
         self.rejected = Counter(
             "rag_drift_rejected_vectors_total",
-            "Vectors refused: wrong_dimension, not_finite (NaN/inf), queue_full, no_text, "
+            "Vectors refused: wrong_dimension, not_finite (NaN/inf), queue_full, "
             "unusable_reference (a reference the test cannot use, e.g. all vectors identical).",
             ["signal", "reason"],
             registry=registry,

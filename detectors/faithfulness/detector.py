@@ -124,7 +124,8 @@ class FaithfulnessDetector:
         self.registry = registry
         self.enabled = config.enabled
         self.metrics = FaithfulnessMetrics(registry)
-        self.missing = MissingInputs(registry, self.name, ("answer", "contexts"))
+        needs = ("answer", "contexts") if config.enabled else ()
+        self.missing = MissingInputs(registry, self.name, needs)
         self._triage = Triage(config)
         self._up = detector_up(registry).labels(self.name)
         self.sampler = Sampler(

@@ -16,6 +16,10 @@ mentions or lists only in ``relevance_excluded``: the service's access rules
 saw it and did not remove it, so losing it is a relevance loss, not a
 correct exclusion.
 
+A labeled query whose trace shows no retrieval to match gold against (no retrieved id
+and no relevance exclusion, or a derived document id) is counted as a missing input
+(``retrieved_ids``), never scored: recall 0 from an empty input would be a guess.
+
 Entitlement leaks are checked on every trace, labeled or not: a context whose
 tenant differs from the caller's is a security alarm.
 """
@@ -46,6 +50,7 @@ from detectors.filter_exclusion.scoring import (
     score_query,
 )
 from monitor.detector import InlineDetector
+from monitor.missing import MissingInputs
 from monitor.trace import Event, ExclusionOutcome, Label, RagTrace
 from monitor.variants import ByVariant
 
@@ -170,6 +175,7 @@ class FilterExclusionDetector(InlineDetector):
         self._lock = threading.Lock()
         self._totals = dict.fromkeys(FilterExclusionStatus.__dataclass_fields__, 0)
         self._metrics = _Metrics(registry, self._recall_k)
+        self._missing = MissingInputs(registry, self.name, ("retrieved_ids",))
         pending = self._metrics.pending
         pending.labels("labels").set_function(
             lambda: len(self._trace_labels) + len(self._probe_labels)
@@ -311,6 +317,9 @@ class FilterExclusionDetector(InlineDetector):
         if not score.eligible_gold:
             metrics.no_eligible_gold.inc()
             totals["no_eligible_gold"] += 1
+            return
+        if not evidence.retrieval_seen:
+            self._missing.count("retrieved_ids")
             return
         metrics.eligible_queries[evidence.variant].inc()
         metrics.eligible_gold_docs.inc(len(score.eligible_gold))

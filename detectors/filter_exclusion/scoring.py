@@ -54,6 +54,10 @@ class Evidence:
     relevance_excluded: frozenset[str]
     ineligible: frozenset[str]  # entitlement_excluded plus documents of another tenant
     variant: str = PRODUCTION  # the variant label its outcome counts under
+    # False when the trace shows no retrieval that gold can be matched against: neither a
+    # retrieved id nor a relevance exclusion (the retriever returned nothing, or the mapping
+    # found no documents), or a document whose id the mapping derived from its text.
+    retrieval_seen: bool = True
 
     @classmethod
     def of(cls, trace: RagTrace, depth: int) -> Evidence:
@@ -64,6 +68,8 @@ class Evidence:
             relevance_excluded=frozenset(trace.relevance_excluded),
             ineligible=frozenset(trace.entitlement_excluded).union(foreign_documents(trace)),
             variant=variant_of(trace),
+            retrieval_seen=bool(trace.retrieved or trace.relevance_excluded)
+            and not any(context.id_derived for context in trace.contexts),
         )
 
 

@@ -13,7 +13,7 @@ from monitor.detector import Detector
 def _build(config: LatencyConfig, context: BuildContext) -> Detector:
     from detectors.latency.detector import LatencyDetector
 
-    return LatencyDetector(config, context.registry)
+    return LatencyDetector(config, context.registry, slo_stages=context.root.guardrails.latency_slo)
 
 
 def _fields(config: LatencyConfig, guardrails: GuardrailsConfig) -> tuple[str, ...]:

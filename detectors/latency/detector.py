@@ -5,6 +5,10 @@ across replicas. ``rag_stage_latency_window_seconds{stage,quantile}`` is the
 quantile of the last ``window_s`` seconds of production traffic from DDSketch
 (relative accuracy 0.5%): the window is cut into slots, each slot holds one sketch per stage, and
 a scrape merges the slots still inside the window.
+
+Only the stages a trace has are observed: a missing stage is never a duration of 0. A trace
+without a stage that has a latency SLO (``guardrails.latency_slo``; total is the request's
+own duration) is counted as a missing input (``stage_<stage>``): the SLO cannot see it.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import functools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import ClassVar
 
 from ddsketch import DDSketch
@@ -24,7 +28,9 @@ from prometheus_client.registry import Collector
 from detectors.latency.config import LatencyConfig
 from detectors.latency.names import STAGE_LATENCY_SECONDS, STAGE_LATENCY_WINDOW_SECONDS
 from monitor.buckets import LATENCY_BUCKETS
+from monitor.coverage import stage_field
 from monitor.detector import InlineDetector
+from monitor.missing import MissingInputs
 from monitor.trace import STAGES, RagTrace
 from monitor.variants import PRODUCTION, ByVariant, variant_of
 
@@ -102,6 +108,7 @@ class LatencyDetector(InlineDetector):
         config: LatencyConfig,
         registry: CollectorRegistry,
         clock: Callable[[], float] = time.monotonic,
+        slo_stages: Collection[str] = (),
     ) -> None:
         histogram = Histogram(
             STAGE_LATENCY_SECONDS,
@@ -115,6 +122,9 @@ class LatencyDetector(InlineDetector):
         }
         self.window = SlidingQuantiles(config.window_s, config.quantiles, clock)
         registry.register(self.window)
+        # Every request has its total; the other SLO stages only when their spans were found.
+        self._watched = [stage for stage in slo_stages if stage != "total"]
+        self._missing = MissingInputs(registry, self.name, map(stage_field, self._watched))
 
     def observe(self, trace: RagTrace) -> None:
         variant = variant_of(trace)
@@ -125,3 +135,6 @@ class LatencyDetector(InlineDetector):
                 # The per-replica window quantiles describe what users are served.
                 if variant == PRODUCTION:
                     self.window.add(stage, seconds)
+        for stage in self._watched:
+            if stage not in trace.stages:
+                self._missing.count(stage_field(stage))

@@ -63,7 +63,7 @@ class ReviewDetector:
     ) -> None:
         self.config = config
         self.registry = registry
-        self.metrics = ReviewMetrics(registry)
+        self.metrics = ReviewMetrics(registry, enabled=config.enabled)
         self._state_dir = state_dir
         if config.enabled:  # review.sqlite3 shows in rag_monitor_state_bytes{file}
             shared_state_dir(registry, state_dir, state_max_bytes)

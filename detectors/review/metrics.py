@@ -12,12 +12,15 @@ from detectors.review.names import (
     SAMPLED_TOTAL,
     SKIPPED_TOTAL,
 )
+from monitor.missing import MissingInputs
 
 
 class ReviewMetrics:
     """Sampled and skipped items per stratum, judge agreement, the queue's size."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, *, enabled: bool = True) -> None:
+        # A trace without a query or an answer gives a reviewer nothing to judge.
+        self.missing = MissingInputs(registry, "review", ("query", "answer") if enabled else ())
         self.sampled = Counter(
             SAMPLED_TOTAL,
             "Items queued for human review, by stratum (an item may count in several).",

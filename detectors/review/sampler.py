@@ -8,9 +8,11 @@
 - ``weekly_reading``: ``weekly_reading`` answers a week, spread over its hours.
 
 Later evidence needs the trace's text, so recent candidates (traces with a query and an
-answer) are held in a bounded buffer; evidence for a trace that left it is counted
-``expired``. Every stratum but weekly_reading is bounded per hour. What is taken goes to
-``sink`` (the detector's worker: the store, Kafka) as an action; ``sink`` never waits.
+answer; a trace lacking one is counted as a missing input and never queued: a reviewer
+would have nothing to judge) are held in a bounded buffer; evidence for a trace that left
+it is counted ``expired``. Every stratum but weekly_reading is bounded per hour. What is
+taken goes to ``sink`` (the detector's worker: the store, Kafka) as an action; ``sink``
+never waits.
 """
 
 from __future__ import annotations
@@ -171,6 +173,10 @@ class ReviewSampler:
     def observe(self, trace: RagTrace) -> None:
         item = item_of(trace)
         if item is None:
+            if not trace.query:
+                self._metrics.missing.count("query")
+            if not trace.answer:
+                self._metrics.missing.count("answer")
             return
         with self._lock:
             now = self._clock()

@@ -115,8 +115,9 @@ class PairOutcome:
 
 
 def answer_hash(answer: str | None) -> str | None:
-    """A hash of the answer with case and whitespace normalised; None without an answer."""
-    if answer is None:
+    """A hash of the answer with case and whitespace normalised; None without an answer
+    (None or empty, as everywhere: no answer to compare)."""
+    if not answer:
         return None
     normalised = _SPACE.sub(" ", answer.casefold()).strip()
     return hashlib.blake2b(normalised.encode(), digest_size=16).hexdigest()
@@ -234,16 +235,21 @@ def _optional_float(value: Any) -> float | None:
 
 def paired_deltas(production: PairHalf, shadow: PairHalf) -> dict[Metric, float | None]:
     """Shadow minus production per metric (retrieval_overlap: the Jaccard overlap;
-    answer_changed: 1 or 0); None where either side lacks the value."""
+    answer_changed: 1 or 0); None where either side lacks the value, never a value
+    computed from a missing one."""
     deltas: dict[Metric, float | None] = {}
     for stage in STAGES:
         key: Metric = f"latency_{stage}"  # type: ignore[assignment]
         deltas[key] = _difference(shadow.stages.get(stage), production.stages.get(stage))
     deltas["cost_usd"] = _difference(shadow.cost_usd, production.cost_usd)
     deltas["faithfulness"] = _difference(shadow.faithfulness, production.faithfulness)
-    both = set(production.retrieved) | set(shadow.retrieved)
-    common = set(production.retrieved) & set(shadow.retrieved)
-    deltas["retrieval_overlap"] = len(common) / len(both) if both else None
+    # A twin without retrieved ids shows no retrieval to compare (its retriever returned
+    # nothing, or the mapping found no documents): unscorable, never an overlap of 0.
+    deltas["retrieval_overlap"] = (
+        _jaccard(set(production.retrieved), set(shadow.retrieved))
+        if production.retrieved and shadow.retrieved
+        else None
+    )
     hashes = (production.answer_hash, shadow.answer_hash)
     deltas["answer_changed"] = None if None in hashes else float(hashes[0] != hashes[1])
     excluded = (shadow.excluded, production.excluded)
@@ -251,6 +257,10 @@ def paired_deltas(production: PairHalf, shadow: PairHalf) -> dict[Metric, float 
         None if None in excluded else float(bool(excluded[0])) - float(bool(excluded[1]))
     )
     return deltas
+
+
+def _jaccard(first: set[str], second: set[str]) -> float:
+    return len(first & second) / len(first | second)
 
 
 def _difference(shadow: float | None, production: float | None) -> float | None:

@@ -250,7 +250,7 @@ def test_join_ttl_expires_labels_and_probe_traces() -> None:
     d, registry = detector(clock=clock, join_ttl_s=60)
     d.observe_event(label(["d2"], trace_id="late"))
     d.observe(make_trace("probe-trace", probe_id="q-unknown"))
-    d.observe(make_trace("plain"))
+    d.observe(make_trace("plain", retrieved=("d1",)))
     clock.now += 59
     d.observe_event(label(["d1"], trace_id="plain"))  # just within the TTL: joins
     assert sample(registry, "rag_filter_eligible_queries_total") == 1
