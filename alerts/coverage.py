@@ -26,6 +26,7 @@ from monitor.coverage import (
     requests_count,
 )
 from monitor.evidence import BoundedShare, confidence, derivation, hold_for, window_z
+from monitor.missing import MISSING_INPUTS_TOTAL
 from monitor.promql import JOB, alert, panel_rate, panel_ratio, percent, recorded_value
 
 PROMTOOL_TESTS = [Path(__file__).parent / "tests" / "coverage_test.yaml"]
@@ -100,7 +101,8 @@ def rules(config: Config, components: Sequence[DetectorComponent]) -> RuleFragme
 
 def rows(guardrails: GuardrailsConfig) -> list[Row]:
     """What the monitor sees: the share of requests carrying each field, per instrumentation,
-    the traces it could not read as requests, and documents whose id it derived."""
+    the traces it could not read as requests, the traces each detector could not judge, and
+    documents whose id it derived."""
     window = guardrails.coverage_window
 
     def seen(matchers: str) -> str:
@@ -134,7 +136,15 @@ def rows(guardrails: GuardrailsConfig) -> list[Row]:
             description="Traces with no LLM span and no span of mapping.request_kinds with a "
             "query: index building and health checks, or an instrumentation whose spans the "
             "mapping does not recognise.",
-            width=12,
+            width=8,
+        ),
+        Panel(
+            "Traces a detector could not judge, by missing field",
+            [(panel_rate(MISSING_INPUTS_TOTAL, by="detector, field"), "{{detector}} · {{field}}")],
+            unit="ops",
+            description="Traces each detector counted as missing instead of computing a value "
+            "from an empty input (HHEM on no contexts, a $0 request without tokens, ...).",
+            width=8,
         ),
         Panel(
             "Documents with a derived id, by instrumentation",
@@ -142,7 +152,7 @@ def rows(guardrails: GuardrailsConfig) -> list[Row]:
             unit="ops",
             description="Retrieved documents without any id: still contexts (their text is "
             "the evidence), with an id derived from the text that no label can name.",
-            width=12,
+            width=8,
         ),
     ]
     return [Row("What the monitor sees", panels)]

@@ -78,7 +78,9 @@ PRESENT: dict[str, Callable[[RagTrace], bool]] = {
     "query": lambda trace: bool(trace.query),
     "answer": lambda trace: bool(trace.answer),
     # the evidence an answer is judged against: at least one context with text
-    "contexts": lambda trace: any(context.text for context in trace.contexts),
+    "contexts": lambda trace: any(
+        context.text and not context.text.isspace() for context in trace.contexts
+    ),
     # ids a label or a gold set can name: none derived from a document's text
     "retrieved_ids": lambda trace: (
         bool(trace.retrieved) and not any(context.id_derived for context in trace.contexts)

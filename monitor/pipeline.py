@@ -188,17 +188,7 @@ class PipelineMetrics:
             "Spans dropped because their trace had already been emitted.",
             registry=registry,
         )
-        refused_spans = Counter(
-            "rag_monitor_refused_spans_total",
-            "Spans refused by span assembly, by collector and reason: max_spans_per_trace "
-            "(the trace already held assembly.max_spans_per_trace spans).",
-            ["collector", "reason"],
-            registry=registry,
-        )
-        self.refused_spans = {
-            source: refused_spans.labels(source, "max_spans_per_trace")
-            for source in get_args(Source)
-        }
+        self.refused_spans = _refused_spans(registry)
         self.rejected_spans = Counter(
             "rag_monitor_rejected_spans_total",
             "Spans refused by validation.",
@@ -227,6 +217,18 @@ class PipelineMetrics:
 
     def count_record(self, collector: Origin, outcome: RecordOutcome) -> None:
         self.records.labels(collector, outcome).inc()
+
+
+def _refused_spans(registry: CollectorRegistry) -> dict[Source, Counter]:
+    """The refused-span counter's one reason, bound per collector (both exist at 0)."""
+    refused = Counter(
+        "rag_monitor_refused_spans_total",
+        "Spans refused by span assembly, by collector and reason: max_spans_per_trace "
+        "(the trace already held assembly.max_spans_per_trace spans).",
+        ["collector", "reason"],
+        registry=registry,
+    )
+    return {source: refused.labels(source, "max_spans_per_trace") for source in get_args(Source)}
 
 
 # The pipeline worker's name, also its thread's: an event emitted on that thread must not
