@@ -1,9 +1,17 @@
 """OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export``.
 
-Status codes follow the OTLP specification: INVALID_ARGUMENT when every span
-was refused (not retryable), UNAVAILABLE when the pipeline queue stays full
-(retryable), UNAUTHENTICATED without the bearer token, RESOURCE_EXHAUSTED
-(from grpc itself) over ``max_request_bytes``.
+Status codes follow the OTLP specification: INVALID_ARGUMENT for an undecodable
+message or when every span was refused (not retryable), UNAVAILABLE when the
+pipeline queue stays full (retryable), UNAUTHENTICATED without the bearer
+token, RESOURCE_EXHAUSTED over ``max_request_bytes`` (from grpc itself) and,
+with RetryInfo so that exporters retry, when the bytes in flight are over
+``max_inflight_bytes`` (the budget shared with the OTLP/HTTP receiver,
+``monitor/inflight.py``).
+
+The servicer takes the message as bytes (no deserializer in grpc): it reserves
+them in the budget before parsing, so a refused message costs no parse. grpc
+has read the whole message by then; see ``OtlpGrpcReceiver`` for what the budget
+cannot cover.
 """
 
 from __future__ import annotations
@@ -12,38 +20,60 @@ import hmac
 from concurrent import futures
 
 import grpc
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import DecodeError
+from google.rpc.error_details_pb2 import RetryInfo
+from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
-)
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import (
-    TraceServiceServicer,
-    add_TraceServiceServicer_to_server,
 )
 
 from collectors.otlp import spans_from_request
 from monitor.components import write_token
 from monitor.config import OtlpConfig
+from monitor.http_server import refused_counter
+from monitor.inflight import OTLP_DECODE_FACTOR, ByteBudget, shared_budget
 from monitor.pipeline import Consumer, SpanBatch
 
+SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 _SUBMIT_TIMEOUT_S = 2.0
 _KEEPALIVE_TIMEOUT_MS = 20_000  # a ping unanswered this long drops the connection
 _STOP_MARGIN_S = 2.0
+_RETRY_DELAY = Duration(seconds=1)
+_INFLIGHT_MESSAGE = "too many request bytes in flight, retry later"
 
 
-class _TraceService(TraceServiceServicer):
-    def __init__(self, pipeline: Consumer, token: str | None) -> None:
+class _TraceService:
+    def __init__(self, pipeline: Consumer, token: str | None, budget: ByteBudget) -> None:
         self._pipeline = pipeline
         self._expected_auth = f"Bearer {token}".encode() if token else None
+        self._budget = budget
+        self._refused = refused_counter(pipeline.metrics.registry).labels(
+            "otlp_grpc", "inflight_bytes"
+        )
 
-    def Export(
-        self, request: ExportTraceServiceRequest, context: grpc.ServicerContext
-    ) -> ExportTraceServiceResponse:
+    def export(self, message: bytes, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
         if self._expected_auth is not None:
             given = dict(context.invocation_metadata()).get("authorization", "")
             if not hmac.compare_digest(str(given).encode(), self._expected_auth):
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+        if not self._budget.admit(len(message)):
+            self._refused.inc()
+            _abort_retryable(context, grpc.StatusCode.RESOURCE_EXHAUSTED, _INFLIGHT_MESSAGE)
+        try:
+            with self._budget.decoding(OTLP_DECODE_FACTOR * len(message)):
+                return self._export(message, context)
+        finally:
+            self._budget.release(len(message))
+
+    def _export(self, message: bytes, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
         metrics = self._pipeline.metrics
+        try:
+            request = ExportTraceServiceRequest.FromString(message)
+        except DecodeError:
+            metrics.count_record("otlp", "invalid")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "undecodable ExportTraceServiceRequest")
         decoded = spans_from_request(request)
         if decoded.rejected:
             metrics.rejected_spans.labels("otlp").inc(decoded.rejected)
@@ -60,6 +90,19 @@ class _TraceService(TraceServiceServicer):
         return decoded.export_response()
 
 
+def _abort_retryable(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> None:
+    """Abort with RetryInfo, which OTLP exporters need to retry RESOURCE_EXHAUSTED: in
+    the status details (the Collector's exporters) and on its own (the Python one)."""
+    retry = RetryInfo(retry_delay=_RETRY_DELAY)
+    status = Status(code=code.value[0], message=message)
+    status.details.add().Pack(retry)
+    context.set_trailing_metadata((
+        ("grpc-status-details-bin", status.SerializeToString()),
+        ("google.rpc.retryinfo-bin", retry.SerializeToString()),
+    ))  # fmt: skip
+    context.abort(code, message)
+
+
 class OtlpGrpcReceiver:
     """The gRPC server on its own port; ``shutdown`` is safe before start and twice.
 
@@ -68,11 +111,18 @@ class OtlpGrpcReceiver:
     RESOURCE_EXHAUSTED), streams per connection, message size
     (``max_request_bytes``), idle connections closed, silent clients pinged, a
     handshake deadline. grpc refuses these itself; it offers no hook to count them.
+
+    The byte budget sees a message once grpc hands it over whole. Before that grpc
+    holds it: a handler thread asks grpc for the message only when it takes the RPC,
+    so at most ``handler_threads`` messages are being received at once (each up to
+    ``max_request_bytes``, briefly twice while grpc copies it to Python), and an RPC
+    still queued for a thread holds no more than its HTTP/2 flow-control window.
     """
 
     def __init__(self, config: OtlpConfig, pipeline: Consumer) -> None:
         self._config = config
-        self._service = _TraceService(pipeline, write_token(config.auth_token_env))
+        budget = shared_budget(pipeline.metrics.registry, "otlp", config.max_inflight_bytes)
+        self._service = _TraceService(pipeline, write_token(config.auth_token_env), budget)
         self._server: grpc.Server | None = None
         self.port: int = config.grpc.port
 
@@ -83,7 +133,13 @@ class OtlpGrpcReceiver:
             options=_server_options(self._config),
             maximum_concurrent_rpcs=listener.max_concurrent_rpcs,
         )
-        add_TraceServiceServicer_to_server(self._service, server)  # type: ignore[no-untyped-call]
+        export = grpc.unary_unary_rpc_method_handler(
+            self._service.export,  # the message as bytes: no request_deserializer
+            response_serializer=ExportTraceServiceResponse.SerializeToString,
+        )
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE, {"Export": export}),)
+        )
         address = f"{listener.host}:{listener.port}"
         self.port = server.add_insecure_port(address)
         if self.port == 0:

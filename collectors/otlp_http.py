@@ -4,9 +4,11 @@ Answers follow the OTLP/HTTP specification: 200 with an
 ``ExportTraceServiceResponse`` (``partial_success`` when some spans were
 refused), 400 with a ``google.rpc.Status`` for an undecodable body, 413 over
 ``max_request_bytes``, 415 for other media types, 411 without Content-Length,
-503 with ``Retry-After`` when the pipeline queue stays full (and, with
-``Connection: close``, once the sidecar is stopping), 401 without the bearer
-token once one is set. The transport and its bounds are ``monitor/server.py``'s.
+503 with ``Retry-After`` when the pipeline queue stays full or the bytes in
+flight are over ``max_inflight_bytes`` (and, with ``Connection: close``, once
+the sidecar is stopping), 401 without the bearer token once one is set. The
+transport and its bounds are ``monitor/http_server.py``'s; the byte budget is
+shared with the gRPC receiver (``monitor/inflight.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from monitor.config import OtlpConfig
 from monitor.events import InvalidRecord, parse_feedback, parse_labels
 from monitor.http_server import HttpLimits, HttpService
 from monitor.http_wire import Request, Response
+from monitor.inflight import OTLP_DECODE_FACTOR, shared_budget
 from monitor.pipeline import Consumer, Events, SpanBatch
 from monitor.trace import Event
 
@@ -51,20 +54,22 @@ class _Refused(Exception):
 
 class OtlpHttpReceiver(HttpService):
     """The receiver; one instance per sidecar. The route, the token and the declared
-    length are checked on the head, before the body is read; decoding and the
-    pipeline's submit run on a handler thread."""
+    length are checked on the head, before the body is read (and its bytes reserved);
+    decoding and the pipeline's submit run on a handler thread."""
 
     def __init__(self, config: OtlpConfig, pipeline: Consumer) -> None:
         self.config = config
         self.pipeline = pipeline
         self.token = write_token(config.auth_token_env)
         self._expected_auth = f"Bearer {self.token}".encode() if self.token else None
+        registry = pipeline.metrics.registry
         super().__init__(
             "otlp_http",
             config.http.host,
             config.http.port,
             HttpLimits.of(config.http),
-            registry=pipeline.metrics.registry,
+            registry=registry,
+            budget=shared_budget(registry, "otlp", config.max_inflight_bytes),
             discard_bytes=_DISCARD_FACTOR * config.max_request_bytes,
         )
 
@@ -94,7 +99,11 @@ class OtlpHttpReceiver(HttpService):
         content_type = _content_type(request)
         try:
             body = _decoded_body(request, self.config.max_request_bytes)
-            answer = _ROUTES[request.path](self, body, content_type)
+            # The body is reserved already; an inflated copy and what decoding makes of
+            # it are held until the spans are submitted.
+            inflated = len(body) if body is not request.body else 0
+            with self.budget.decoding(inflated + OTLP_DECODE_FACTOR * len(body)):
+                answer = _ROUTES[request.path](self, body, content_type)
         except _Refused as refusal:
             return self._refusal(refusal, content_type)
         return Response(200, answer, PROTOBUF if content_type == PROTOBUF else JSON)

@@ -25,6 +25,7 @@ from pydantic import (
     ValidationError,
     create_model,
     field_validator,
+    model_validator,
 )
 from pydantic_core import CoreSchema
 
@@ -69,7 +70,10 @@ class HttpListener(Listener):
         10.0, gt=0, description="a request's head must arrive whole within this (slowloris)"
     )
     body_timeout_s: float = Field(
-        30.0, gt=0, description="a request's body must arrive whole within this after its head"
+        30.0,
+        gt=0,
+        description="a request's body must arrive whole within this after its head (a "
+        "stalled body holds its share of the bytes-in-flight budget until then)",
     )
     max_header_bytes: int = Field(
         16_384, ge=1024, description="largest request head (request line + headers); else 431"
@@ -138,6 +142,23 @@ class OtlpConfig(Section):
     max_request_bytes: int = Field(
         8_388_608, gt=0, description="largest accepted request body, after decompression"
     )
+    max_inflight_bytes: int = Field(
+        67_108_864,
+        gt=0,
+        description="bytes of requests in flight at most, both receivers and all connections "
+        "together (64 MiB, sized to the example pod's memory limit: README, Deploy); "
+        "past it a new body is refused before it is read: HTTP 503 + Retry-After, gRPC "
+        "RESOURCE_EXHAUSTED; at least max_request_bytes",
+    )
+
+    @model_validator(mode="after")
+    def _one_body_fits(self) -> OtlpConfig:
+        if self.max_inflight_bytes < self.max_request_bytes:
+            raise ValueError(
+                "max_inflight_bytes must be at least max_request_bytes: a larger body "
+                "would be refused forever"
+            )
+        return self
 
 
 class PhoenixConfig(Section):

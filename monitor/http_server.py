@@ -10,7 +10,13 @@ answered 503); ``header_timeout_s`` for the whole head from its first byte (slow
 ``max_header_bytes`` (431); ``body_timeout_s`` for the whole body after the head, and for
 the client to take the answer; ``idle_timeout_s`` between requests. A body is buffered
 as it arrives: memory follows what was received, never the declared Content-Length.
-What the server itself closes or refuses counts in ``rag_monitor_http_refused_total``.
+
+What all connections hold together is bounded by the server's ``ByteBudget``
+(``monitor/inflight.py``): a body's declared length is reserved before its first byte is
+read and given back once it is answered (or the client left, or a timeout or an error
+ended it); past the budget a new request is answered 503 + Retry-After at once, and its
+body is read and dropped a chunk at a time. What the server itself closes or refuses
+counts in ``rag_monitor_http_refused_total``.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from monitor.http_wire import (
     HEAD_END,
     HEAD_TOO_LARGE,
     HEAD_TOO_SLOW,
+    INFLIGHT_FULL,
     MALFORMED,
     NO_LENGTH,
     STOPPING,
@@ -43,6 +50,7 @@ from monitor.http_wire import (
     encode,
     parse_head,
 )
+from monitor.inflight import ByteBudget
 from monitor.metrics import shared_metric
 
 log = structlog.get_logger("rag_monitor.http")
@@ -50,6 +58,22 @@ log = structlog.get_logger("rag_monitor.http")
 _POLL_S = 0.02
 _LINGER_S = 2.0  # after an answer the server hangs up with, the client's late bytes are drained
 _LOOP_CALL_S = 10.0  # a call into the loop thread answers at once unless the loop is stuck
+_DISCARD_CHUNK = 1 << 16  # a refused body is read and dropped this much at a time
+
+
+def refused_counter(registry: CollectorRegistry) -> Counter:
+    """``rag_monitor_http_refused_total{server,reason}``, shared by the servers of a registry
+    (the gRPC receiver counts its budget refusals there too)."""
+    return shared_metric(
+        registry,
+        Counter,
+        "rag_monitor_http_refused",
+        "Connections closed and requests refused by an HTTP server itself, before a "
+        "handler saw them, by reason (max_connections, idle_evicted, idle_timeout, "
+        "header_timeout, body_timeout, write_timeout, header_too_large, bad_request, "
+        "stopping, inflight_bytes, handler_error).",
+        ["server", "reason"],
+    )
 
 
 @dataclass(frozen=True)
@@ -79,7 +103,8 @@ class HttpLimits:
 class HttpService:
     """A bounded HTTP/1.1 server on its own loop thread. Subclasses answer requests:
     ``refuse`` runs on the loop with the head only (cheap checks: route, auth, size),
-    ``handle`` on a pool thread with the body. ``shutdown`` is safe before start and twice.
+    ``handle`` on a pool thread with the body. ``budget`` bounds the bytes of all requests
+    in flight (several servers may share one). ``shutdown`` is safe before start and twice.
     """
 
     def __init__(
@@ -90,24 +115,17 @@ class HttpService:
         limits: HttpLimits,
         *,
         registry: CollectorRegistry,
+        budget: ByteBudget,
         discard_bytes: int = 0,
     ) -> None:
         self.name = name
         self.limits = limits
+        self.budget = budget
         self._address = (host, port)
         # A refused body up to this size is read and dropped, so that a client still
         # sending sees the answer rather than a broken pipe; a larger one is hung up on.
         self._discard_bytes = discard_bytes
-        self._refused = shared_metric(
-            registry,
-            Counter,
-            "rag_monitor_http_refused",
-            "Connections closed and requests refused by an HTTP server itself, before a "
-            "handler saw them, by reason (max_connections, idle_evicted, idle_timeout, "
-            "header_timeout, body_timeout, write_timeout, header_too_large, bad_request, "
-            "stopping, handler_error).",
-            ["server", "reason"],
-        )
+        self._refused = refused_counter(registry)
         self._connections: set[asyncio.WriteTransport] = set()
         # Connections waiting for their next request, longest-waiting first.
         self._idle: OrderedDict[asyncio.WriteTransport, None] = OrderedDict()
@@ -279,34 +297,61 @@ class HttpService:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: Request
     ) -> bool:
         """Read the body and answer; True when the connection stays open for another."""
+        refusal = self._answer_before_body(request)
+        if refusal is not None:
+            return await self._refuse(reader, writer, request, refusal)
+        length = request.content_length or 0
+        try:  # admitted: the body's bytes are reserved until it is answered
+            if _expects_continue(request):
+                writer.write(CONTINUE)
+            body = await self._read_body(reader, writer, length)
+            if body is None:
+                return False
+            if self._draining:  # the stop began while the body arrived
+                self._count("stopping")
+                return await self._write(writer, request, STOPPING)
+            self._in_flight += 1
+            try:
+                loop = asyncio.get_running_loop()
+                full = dataclasses.replace(request, body=body)
+                response = await loop.run_in_executor(self._pool, self._call_handle, full)
+                return await self._write(writer, request, response)
+            finally:
+                self._in_flight -= 1
+        finally:
+            self.budget.release(length)
+
+    def _answer_before_body(self, request: Request) -> Response | None:
+        """The answer that ends ``request`` before its body is read, or None when the
+        body is admitted: its declared length is then reserved in the budget."""
         if self._draining:
             self._count("stopping")
-        refusal = STOPPING if self._draining else self.refuse(request)
+            return STOPPING
+        refusal = self.refuse(request)
         if refusal is None and not request.framed:
             refusal = NO_LENGTH
+        if refusal is None and not self.budget.admit(request.content_length or 0):
+            self._count("inflight_bytes")
+            refusal = INFLIGHT_FULL
+        return refusal
+
+    async def _refuse(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        request: Request,
+        refusal: Response,
+    ) -> bool:
+        """Answer before reading the body, then read and drop the body so that the
+        connection can take another request. A body that cannot be framed, is over
+        ``discard_bytes``, or waits for 100 Continue is not read: the server hangs up."""
         length = request.content_length or 0
-        if refusal is not None:
-            if not request.framed or length > self._discard_bytes:
-                refusal = dataclasses.replace(refusal, close=True)
-            elif await self._read_body(reader, writer, length) is None:
-                return False
-            return await self._write(writer, request, refusal)
-        if request.headers.get("expect", "").lower() == "100-continue":
-            writer.write(CONTINUE)
-        body = await self._read_body(reader, writer, length)
-        if body is None:
+        if not request.framed or length > self._discard_bytes or _expects_continue(request):
+            refusal = dataclasses.replace(refusal, close=True)
+        if not await self._write(writer, request, refusal):
+            self._hung_up.add(writer.transport)  # linger: the client may still be sending
             return False
-        if self._draining:  # the stop began while the body arrived
-            self._count("stopping")
-            return await self._write(writer, request, STOPPING)
-        self._in_flight += 1
-        try:
-            loop = asyncio.get_running_loop()
-            full = dataclasses.replace(request, body=body)
-            response = await loop.run_in_executor(self._pool, self._call_handle, full)
-            return await self._write(writer, request, response)
-        finally:
-            self._in_flight -= 1
+        return await self._discard_body(reader, length)
 
     async def _read_body(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, length: int
@@ -321,6 +366,21 @@ class HttpService:
         except TimeoutError:
             self._hang_up(writer.transport, BODY_TOO_SLOW, "body_timeout")
             return None
+
+    async def _discard_body(self, reader: asyncio.StreamReader, length: int) -> bool:
+        """Read and drop a refused body, holding one chunk at a time; True when all of it
+        arrived within ``body_timeout_s`` (the answer is already written)."""
+        try:
+            async with asyncio.timeout(self.limits.body_timeout_s):
+                while length > 0:
+                    chunk = await reader.read(min(length, _DISCARD_CHUNK))
+                    if not chunk:
+                        return False
+                    length -= len(chunk)
+        except TimeoutError:
+            self._count("body_timeout")
+            return False
+        return True
 
     async def _write(
         self, writer: asyncio.StreamWriter, request: Request, response: Response
@@ -344,6 +404,10 @@ class HttpService:
                 self._handler_failed = True
                 log.error("http_handler_failed", server=self.name, error=type(exc).__name__)
             return Response(500, b"internal error\n", close=True)
+
+
+def _expects_continue(request: Request) -> bool:
+    return request.headers.get("expect", "").lower() == "100-continue"
 
 
 async def _linger(reader: asyncio.StreamReader, connection: asyncio.WriteTransport) -> None:

@@ -41,6 +41,7 @@ class Response:
 RETRY = {"Retry-After": "1"}
 STOPPING = Response(503, b"stopping, retry\n", headers=RETRY, close=True)
 BUSY = Response(503, b"too many connections\n", headers=RETRY)
+INFLIGHT_FULL = Response(503, b"too many request bytes in flight, retry\n", headers=RETRY)
 HEAD_TOO_SLOW = Response(408, b"request head too slow\n")
 HEAD_TOO_LARGE = Response(431, b"request head too large\n")
 MALFORMED = Response(400, b"malformed request\n")

@@ -12,6 +12,7 @@ from prometheus_client.exposition import choose_encoder
 
 from monitor.http_server import HttpLimits, HttpService
 from monitor.http_wire import Request, Response
+from monitor.inflight import ByteBudget
 
 
 class Readiness:
@@ -57,8 +58,10 @@ class ComponentsUp:
         )
 
 
-# Prometheus and probes use a few connections; these bounds are not configurable.
+# Prometheus and probes use a few connections and send no body; these bounds are not
+# configurable. A stray body is refused past 64 KiB in flight, never buffered whole.
 METRICS_LIMITS = HttpLimits(max_connections=64, handler_threads=2, idle_timeout_s=120.0)
+METRICS_INFLIGHT_BYTES = 65_536
 
 
 class MetricsServer(HttpService):
@@ -76,7 +79,14 @@ class MetricsServer(HttpService):
         self.registry = registry
         self.readiness = readiness
         self.health = health
-        super().__init__("metrics", host, port, METRICS_LIMITS, registry=registry)
+        super().__init__(
+            "metrics",
+            host,
+            port,
+            METRICS_LIMITS,
+            registry=registry,
+            budget=ByteBudget("metrics", METRICS_INFLIGHT_BYTES, registry),
+        )
 
     def refuse(self, request: Request) -> Response | None:
         if request.method != "GET":

@@ -8,8 +8,10 @@ or the session cookie that opening ``/review?token=<token>`` once sets (HttpOnly
 SameSite=Strict, Path=/review; the answer redirects to ``/review`` so the token leaves the
 address bar). A form POST from a cookie session must carry the CSRF field bound to that
 session. Sessions are signed with a per-process secret: nothing to store, and a restart
-signs everyone out. Refusals count in ``rag_monitor_http_refused_total{server="review"}``,
-verdicts in ``rag_review_verdicts_total{supported}``. No request text is logged.
+signs everyone out. The forms in flight hold ``FORMS_IN_FLIGHT`` x ``max_body_bytes`` at
+most (the server's byte budget; beyond, 503 + Retry-After). Refusals count in
+``rag_monitor_http_refused_total{server="review"}``, verdicts in
+``rag_review_verdicts_total{supported}``. No request text is logged.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from detectors.review.page import (
 )
 from monitor.http_server import HttpLimits, HttpService
 from monitor.http_wire import Request, Response
+from monitor.inflight import ByteBudget
 from monitor.metrics import shared_metric
 
 if TYPE_CHECKING:
@@ -49,6 +52,10 @@ FORM = "application/x-www-form-urlencoded"
 HTML = "text/html; charset=utf-8"
 
 Access = Literal["bearer", "cookie", "open", "token_link"]
+
+# A page for a few reviewers: this many forms of max_body_bytes in flight at once
+# (1 MiB at the default 64 KiB), far below what max_connections of them would hold.
+FORMS_IN_FLIGHT = 16
 
 
 def security_headers(nonce: str | None = None) -> dict[str, str]:
@@ -97,6 +104,7 @@ class ReviewPage(HttpService):
             settings.port,
             HttpLimits.of(settings),
             registry=registry,
+            budget=ByteBudget("review", FORMS_IN_FLIGHT * settings.max_body_bytes, registry),
             discard_bytes=settings.max_body_bytes,
         )
 

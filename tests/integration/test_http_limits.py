@@ -1,7 +1,7 @@
 """The OTLP servers' bounds. OTLP/HTTP seen from outside a ``rag-monitor run`` process:
 idle connections, slowloris heads and stalled bodies cost bounded threads, descriptors
-and memory, and a normal client is served meanwhile. OTLP/gRPC: concurrent RPCs bounded,
-and its stop waits for the RPCs running."""
+and memory, the bytes in flight stay within their budget, and a normal client is served
+meanwhile. OTLP/gRPC: concurrent RPCs bounded, and its stop waits for the RPCs running."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ from typing import Any
 
 import grpc
 import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
+from opentelemetry.sdk.trace.export import SpanExportResult
 from prometheus_client import CollectorRegistry
 
 from collectors.otlp_grpc import OtlpGrpcReceiver
@@ -28,6 +30,7 @@ from monitor.config import OtlpConfig
 from monitor.pipeline import PipelineMetrics, WorkItem
 from tests.conftest import SidecarProcess, sdk_request, wait_until
 from tests.integration.conftest import otlp_http_port
+from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for
 
 pytestmark = pytest.mark.integration
 
@@ -43,10 +46,10 @@ def otlp_sidecar(
     """A started ``rag-monitor run`` with the given ``collectors.otlp.http`` bounds; returns
     it and its OTLP/HTTP port."""
 
-    def start(**http: Any) -> tuple[SidecarProcess, int]:
+    def start(otlp: dict[str, Any] | None = None, **http: Any) -> tuple[SidecarProcess, int]:
         bounds = {"max_connections": MAX_CONNECTIONS, "handler_threads": HANDLER_THREADS, **http}
         sidecar = sidecar_process({
-            "collectors": {"otlp": {"http": bounds, "grpc": {"enabled": False}}},
+            "collectors": {"otlp": {"http": bounds, "grpc": {"enabled": False}, **(otlp or {})}},
             "detectors": QUIET,
         }).start()  # fmt: skip
         sidecar.wait_ready()
@@ -172,8 +175,9 @@ def test_stalled_8_mb_bodies_cost_only_what_was_received(
     otlp_sidecar: Callable[..., tuple[SidecarProcess, int]],
 ) -> None:
     """20 clients declare 8 MB bodies and stall after 512 KiB: the process grows by about
-    what it received, not by what was declared; a normal client is served meanwhile."""
-    sidecar, port = otlp_sidecar(body_timeout_s=25)
+    what it received, not by what was declared; a normal client is served meanwhile. (A
+    budget that admits them all: this is about buffering, the budget test is below.)"""
+    sidecar, port = otlp_sidecar({"max_inflight_bytes": 2**30}, body_timeout_s=25)
     process_id = pid(sidecar)
     assert normal_export(port) == 200  # handler threads and the decoder warmed up
     before = rss_bytes(process_id)
@@ -197,6 +201,99 @@ def test_stalled_8_mb_bodies_cost_only_what_was_received(
     print(f"RSS {before / 2**20:.1f} -> {after / 2**20:.1f} MiB; received {received / 2**20} MiB")
     assert growth < received + 16 * 2**20  # what arrived, plus allocator slack
     assert growth < 20 * declared / 4  # far from what was declared (160 MB)
+
+
+def export_head(length: int) -> bytes:
+    return (
+        "POST /v1/traces HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/x-protobuf\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+def stall_bodies(port: int, clients: int, declared: int, sent: int) -> list[socket.socket]:
+    """``clients`` connections that each declare a ``declared``-byte body, send ``sent``
+    bytes of it and stall."""
+    stalled = []
+    for _ in range(clients):
+        client = socket.create_connection(("127.0.0.1", port), timeout=10)
+        client.sendall(export_head(declared) + b"\0" * sent)
+        stalled.append(client)
+    return stalled
+
+
+def answered(clients: list[socket.socket]) -> list[socket.socket]:
+    """The clients the server has written to (an answer, or its end of the connection)."""
+    readable, _, _ = select.select(clients, [], [], 0.5)
+    return readable
+
+
+def sdk_spans() -> list[Any]:
+    """The spans of one RAG request, as an SDK's batch processor would hand them over."""
+    memory = MemoryExporter()
+    _, tracer = tracer_for(memory)
+    emit_rag_request(tracer, RagRequest(start_ns=time.time_ns()))
+    return memory.spans
+
+
+# Small bodies and budget keep the test quick on two cores; the bound is what matters.
+BODY_BYTES = 2**20
+BUDGET_BYTES = 16 * 2**20
+STALLED = 200
+# Beyond the budget: the connections' buffers and the allocator's slack (measured about
+# 6 MiB; tests/perf/probe_inflight.py prints the figures).
+OVERHEAD_BYTES = 24 * 2**20
+
+
+def test_200_stalled_bodies_hold_no_more_than_the_budget_and_an_exporter_gets_through(
+    otlp_sidecar: Callable[..., tuple[SidecarProcess, int]], many_files: None
+) -> None:
+    """200 clients each send all but 64 KiB of a max_request_bytes body and stall: the
+    budget admits 16 (their bodies are read), the other 184 are answered 503 +
+    Retry-After before their bodies are read; RSS grows by less than the budget plus a
+    stated overhead. A real OTLP/HTTP exporter exporting meanwhile is refused (retryable)
+    and succeeds once the stalled bodies time out; the reservation ends at 0."""
+    sidecar, port = otlp_sidecar(
+        {"max_request_bytes": BODY_BYTES, "max_inflight_bytes": BUDGET_BYTES},
+        max_connections=STALLED + 20,
+        body_timeout_s=4,
+    )
+    process_id = pid(sidecar)
+    assert normal_export(port) == 200  # handler threads and the decoder warmed up
+    before = rss_bytes(process_id)
+    began = time.monotonic()
+    stalled = stall_bodies(port, STALLED, BODY_BYTES, BODY_BYTES - 2**16)
+    time.sleep(1)  # the server reads or drops what arrived
+    during = rss_bytes(process_id)
+    refused = answered(stalled)
+    statuses = [read_status(client) for client in refused]
+    inflight = sidecar.metric("rag_monitor_inflight_bytes", budget="otlp")
+    exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=20)
+    result = exporter.export(sdk_spans())
+    exported_after = time.monotonic() - began
+    for client in stalled:
+        client.close()
+    print(
+        f"RSS {before / 2**20:.1f} -> {during / 2**20:.1f} MiB "
+        f"(+{(during - before) / 2**20:.1f}) with {STALLED} stalled bodies; "
+        f"{len(refused)} refused early; exporter succeeded after {exported_after:.1f} s"
+    )
+    assert len(refused) == STALLED - BUDGET_BYTES // BODY_BYTES
+    assert statuses == [503] * len(refused)
+    assert inflight == BUDGET_BYTES  # the 16 admitted bodies, reserved whole
+    assert during - before < BUDGET_BYTES + OVERHEAD_BYTES
+    assert result is SpanExportResult.SUCCESS
+    # The exporter was refused at least once: its first try found the budget full.
+    refusals = sidecar.metric("rag_monitor_http_refused_total", reason="inflight_bytes")
+    assert refusals > len(refused)
+    wait_until(lambda: sidecar.metric("rag_monitor_inflight_bytes", budget="otlp") == 0, 10)
+    assert sidecar.metric("rag_monitor_http_refused_total", reason="body_timeout") >= 16
+
+
+def read_status(client: socket.socket) -> int:
+    response = http.client.HTTPResponse(client)
+    response.begin()
+    assert response.getheader("Retry-After") == "1"
+    return response.status
 
 
 # --- gRPC -------------------------------------------------------------------------------
