@@ -231,12 +231,14 @@ def _candidates(
     if "contexts" in missing:
         for name in _document_attributes(ordered):
             yield "document_attributes", name, ("contexts",)
-    for field, which, keys, roles in (
-        ("query", "input", _QUERY_KEYS, ("system", "assistant")),
-        ("answer", "output", _ANSWER_KEYS, ("system", "user")),
+    # The pointers apply to the request span's input and output, and to retrievers' input.
+    retrievers = [span for span in ordered if mapped.kinds[span.span_id] == "RETRIEVER"]
+    for field, which, keys, roles, read in (
+        ("query", "input", _QUERY_KEYS, ("system", "assistant"), [request, *retrievers]),
+        ("answer", "output", _ANSWER_KEYS, ("system", "user"), [request]),
     ):
         if field in missing:
-            for span in ordered:
+            for span in read:
                 document = parsed_json(span.attributes.get(f"{which}.value"))
                 for pointer in _text_pointers(document, keys, roles):
                     yield f"{field}_pointers", pointer, (field,)
@@ -292,11 +294,11 @@ def _text_pointers(
     document: Any, keys: frozenset[str], skipped_roles: tuple[str, ...]
 ) -> Iterator[str]:
     """JSON pointers to the text leaves of ``document`` under a key of ``keys`` (outside
-    messages of ``skipped_roles``), in document order; a document with one text leaf
-    yields that one whatever its key."""
+    messages of ``skipped_roles``), in document order. A leaf under another key is never
+    offered: any text would fill the field, so only the key's name says it is the one."""
     if not isinstance(document, dict | list):
         return
-    leaves: list[tuple[str, str]] = []  # (pointer, key)
+    leaves: list[str] = []
     stack: list[tuple[Any, str, str]] = [(document, "", "")]
     while stack:
         node, pointer, key = stack.pop()
@@ -307,12 +309,11 @@ def _text_pointers(
         elif isinstance(node, list):
             children = [(v, f"{pointer}/{i}", key) for i, v in enumerate(node)]
         else:
-            if isinstance(node, str) and node.strip():
-                leaves.append((pointer, key))
+            if isinstance(node, str) and node.strip() and key.lower() in keys:
+                leaves.append(pointer)
             continue
         stack.extend(reversed(children))
-    named = [pointer for pointer, key in leaves if key.lower() in keys]
-    yield from named or [pointer for pointer, _ in leaves[:1] if len(leaves) == 1]
+    yield from leaves
 
 
 def _names_source_id(key: str) -> bool:

@@ -211,6 +211,14 @@ SUGGESTIONS = [
         id="query-in-json-input",
     ),
     pytest.param(
+        [span("root", None, "CHAIN", 1000, 2000, **{"input.value": json.dumps({"pipeline": "p"})}),
+         span("retrieve", "root", "RETRIEVER", 1010, 1090, **{
+            "input.value": json.dumps({"data": {"question": QUERY}}),
+         }), _chat()],
+        "query", {"query_pointers": [*MappingConfig().query_pointers, "/data/question"]},
+        id="query-in-the-retrievers-json-input",
+    ),
+    pytest.param(
         [span("root", None, "CHAIN", 1000, 2000, **{
             "input.value": QUERY, "output.value": json.dumps({"status": "ok", "reply": [ANSWER]}),
         }), _chat()],
@@ -246,6 +254,18 @@ def test_a_missing_field_held_elsewhere_gets_a_mapping_that_fills_it(
     remapped = TraceMapper(MappingConfig(**snippet)).build(spans, "otlp")
     assert remapped is not None
     assert PRESENT[field](remapped)
+
+
+def test_a_setting_that_does_not_fill_the_field_is_not_suggested() -> None:
+    """A first-token event before its span's start gives no TTFT: mapping again with its
+    name fills nothing, so it is not suggested."""
+    spans = [
+        span("root", None, "CHAIN", 1000, 2000, **{"input.value": QUERY}),
+        with_event(span("chat", "root", "LLM", 1100, 1900), "token.first", 1050),
+    ]
+    report = report_of(spans)
+    assert "stage_ttft" in report["missing"]
+    assert report["mapping"] == {}
 
 
 def test_system_prompts_and_chat_messages_are_never_suggested() -> None:
