@@ -21,13 +21,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
-import yaml
 
-from collectors.otlp import DecodedSpans, PayloadError, Span, decode_otlp_json, decode_otlp_proto
 from monitor.components import Command
+
+if TYPE_CHECKING:  # imported when used: ``rag-monitor --help`` loads this module
+    from collectors.otlp import DecodedSpans, Span
 
 USAGE_ERROR = 2
 NOTHING_READ = 1
@@ -43,6 +44,8 @@ _LENGTH_PREFIX = 4
 
 def read_otlp_file(path: Path) -> tuple[list[Span], list[str]]:
     """The spans of an OTLP file, and one line per part that could not be read."""
+    from collectors.otlp import PayloadError
+
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -66,12 +69,14 @@ def read_otlp_file(path: Path) -> tuple[list[Span], list[str]]:
     return spans, problems
 
 
-_Decode = Callable[[bytes], DecodedSpans]
+_Decode = Callable[[bytes], "DecodedSpans"]
 
 
 def _payloads(data: bytes) -> Iterator[tuple[str, bytes, _Decode | None]]:
     """(where, payload, its decoder) for each request in a file; a problem comes with
     no decoder and its reason as the payload."""
+    from collectors.otlp import decode_otlp_proto
+
     if data.startswith(_ZSTD_MAGIC):
         yield "", b"zstd-compressed (the file exporter's compression): run zstd -d first", None
         return
@@ -82,13 +87,15 @@ def _payloads(data: bytes) -> Iterator[tuple[str, bytes, _Decode | None]]:
         yield from _json_payloads(data)
     elif data[:1] == b"\x0a":  # field 1 (resource_spans), length-delimited: one bare message
         yield "", data, decode_otlp_proto
-    elif data[:1] == b"\x00":  # a big-endian length under 16 MiB: length-prefixed messages
-        yield from _framed_payloads(data)
+    elif int.from_bytes(data[:_LENGTH_PREFIX], "big") + _LENGTH_PREFIX <= len(data):
+        yield from _framed_payloads(data)  # the first length prefix fits the file
     else:
         yield "", b"neither OTLP/JSON nor OTLP protobuf", None
 
 
 def _json_payloads(data: bytes) -> Iterator[tuple[str, bytes, _Decode | None]]:
+    from collectors.otlp import decode_otlp_json
+
     lines = [(number, line) for number, line in enumerate(data.splitlines(), 1) if line.strip()]
     if len(lines) > 1:
         try:
@@ -101,6 +108,8 @@ def _json_payloads(data: bytes) -> Iterator[tuple[str, bytes, _Decode | None]]:
 
 
 def _framed_payloads(data: bytes) -> Iterator[tuple[str, bytes, _Decode | None]]:
+    from collectors.otlp import decode_otlp_json, decode_otlp_proto
+
     offset, index = 0, 1
     while offset < len(data):
         where = f", message {index} (byte {offset})"
@@ -276,6 +285,8 @@ def render(report: dict[str, Any]) -> str:
 
 def mapping_yaml(mapping: dict[str, Any]) -> str:
     """``mapping:`` content as the config file writes it."""
+    import yaml
+
     return yaml.safe_dump({"mapping": mapping}, default_flow_style=None, sort_keys=False)
 
 
