@@ -15,8 +15,9 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from collectors.inspect import read_otlp_file, receive_otlp, render, shown
+from collectors.inspect import read_otlp_file, receive_otlp
 from collectors.inspect_provenance import inspect_trace
+from collectors.inspect_view import render, shown
 from collectors.openinference import TraceMapper
 from collectors.otlp import Span, SpanEvent
 from monitor.cli import main
