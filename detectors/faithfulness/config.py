@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any, Literal, get_args
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
@@ -10,14 +11,88 @@ from detectors.faithfulness.hhem import HHEM_REPO
 from monitor.section import Patterns, Section
 
 AlwaysSample = Literal["thumbs_down", "probe"]
+JudgeKind = Literal["hhem", "openai_compatible"]
+
+
+class LlmJudgeConfig(Section):
+    """The openai_compatible judge: an LLM behind an OpenAI-compatible chat completions API."""
+
+    endpoint: str | None = Field(
+        None,
+        description="base URL of the API, up to and including /v1 (requests go to "
+        "<endpoint>/chat/completions); required with judge: openai_compatible",
+    )
+    model: str | None = Field(
+        None, description="model name sent with each request; required with openai_compatible"
+    )
+    api_key_env: str | None = Field(
+        None,
+        description="environment variable holding the API key, sent as a Bearer token; "
+        "null: no Authorization header (a local vLLM or Ollama)",
+    )
+    timeout_s: float = Field(
+        30.0, gt=0, le=600, description="seconds one request may wait to connect and per read"
+    )
+    max_retries: int = Field(
+        2,
+        ge=0,
+        le=10,
+        description="retries of a request after a 429, a 5xx, a timeout or a lost connection, "
+        "with exponential backoff or the server's Retry-After (at most 30 s)",
+    )
+    max_claims: int = Field(
+        20, gt=0, le=200, description="claims verified per answer; more are cut and counted"
+    )
+    concurrency: int = Field(
+        4, gt=0, le=64, description="answers judged at once (two requests each, in turn)"
+    )
+    input_usd_per_1m_tokens: float | None = Field(
+        None,
+        ge=0,
+        description="price of 1M input tokens in USD, for rag_judge_cost_usd_total; both "
+        "prices null: the genai-prices table's price for the model, no cost when it has none",
+    )
+    output_usd_per_1m_tokens: float | None = Field(
+        None,
+        ge=0,
+        validate_default=True,
+        description="price of 1M output tokens in USD (see input_usd_per_1m_tokens)",
+    )
+
+    @field_validator("endpoint")
+    @classmethod
+    def _http_url(cls, endpoint: str | None) -> str | None:
+        if endpoint is None:
+            return None
+        parts = urlsplit(endpoint)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL such as http://vllm:8000/v1")
+        return endpoint.rstrip("/")
+
+    @field_validator("output_usd_per_1m_tokens")
+    @classmethod
+    def _both_prices(cls, output: float | None, info: Any) -> float | None:
+        if (output is None) != (info.data.get("input_usd_per_1m_tokens") is None):
+            raise ValueError("set input_usd_per_1m_tokens and output_usd_per_1m_tokens together")
+        return output
 
 
 class FaithfulnessConfig(Section):
-    enabled: bool = Field(True, description="score a sample of answers with HHEM")
+    enabled: bool = Field(True, description="score a sample of answers for faithfulness")
+    judge: JudgeKind = Field(
+        "hhem",
+        description="hhem (HHEM-2.1-Open on this process's CPU or GPU) or openai_compatible "
+        "(an LLM verifies the answer's claims: llm_judge)",
+    )
+    llm_judge: LlmJudgeConfig = Field(
+        default_factory=LlmJudgeConfig,
+        validate_default=True,
+        description="the openai_compatible judge's endpoint, model, limits and prices",
+    )
     model: str = Field(
         HHEM_REPO,
-        description="hub id (read from the local cache; `rag-monitor models fetch` fills it) "
-        "or a directory",
+        description="hhem: hub id (read from the local cache; `rag-monitor models fetch` fills "
+        "it) or a directory",
     )
     sample_rate: float = Field(0.02, gt=0, le=1, description="share of traces scored")
     always_sample: list[AlwaysSample] = Field(
@@ -32,17 +107,21 @@ class FaithfulnessConfig(Section):
         "0: off",
     )
     threshold: float = Field(0.5, ge=0, le=1, description="score at or above: consistent")
-    granularity: Literal["answer", "sentence"] = Field("answer", description="unit scored")
-    batch_size: int | None = Field(
-        None, gt=0, description="pairs per model call (null: 1 on cpu, 8 on cuda)"
+    granularity: Literal["answer", "sentence"] = Field(
+        "answer", description="hhem: unit scored (openai_compatible judges claims)"
     )
-    device: str = Field("cpu", description="torch device: cpu or cuda")
-    precision: Literal["auto", "fp32", "bf16_autocast", "bf16", "int8", "onnx"] = Field(
-        "auto",
-        description="auto (measure each at start-up, keep the fastest within "
-        "precision_tolerance of fp32), fp32, bf16_autocast (bf16 matrix products, fp32 layer "
-        "norms and classifier), bf16 (all weights), int8 (dynamic int8 Linear layers, cpu) or "
-        "onnx (ONNX Runtime, fp32, cpu)",
+    batch_size: int | None = Field(
+        None, gt=0, description="hhem: pairs per model call (null: 1 on cpu, 8 on cuda)"
+    )
+    device: str = Field("cpu", description="hhem: torch device, cpu or cuda")
+    precision: Literal["auto", "fp32", "bf16_autocast", "bf16", "int8", "onnx", "onnx_int8"] = (
+        Field(
+            "auto",
+            description="hhem: auto (measure each at start-up, keep the fastest within "
+            "precision_tolerance of fp32), fp32, bf16_autocast (bf16 matrix products, fp32 layer "
+            "norms and classifier), bf16 (all weights), int8 (dynamic int8 Linear layers, cpu), "
+            "onnx (ONNX Runtime, fp32, cpu) or onnx_int8 (ONNX Runtime, dynamic int8 weights, cpu)",
+        )
     )
     precision_tolerance: float = Field(
         0.01,
@@ -57,7 +136,7 @@ class FaithfulnessConfig(Section):
         "affinity capped by its cgroup CPU quota)",
     )
     max_premise_tokens: int = Field(
-        2048, gt=0, description="premise token budget; longer premises are cut and counted"
+        2048, gt=0, description="hhem: premise token budget; longer premises are cut and counted"
     )
     refusal_patterns: Patterns = Field(
         default_factory=lambda: [
@@ -75,10 +154,29 @@ class FaithfulnessConfig(Section):
         10_000, ge=0, description="scores kept in an LRU cache by (premise, answer); 0: off"
     )
 
+    @field_validator("llm_judge")
+    @classmethod
+    def _llm_judge_named(cls, llm_judge: LlmJudgeConfig, info: Any) -> LlmJudgeConfig:
+        if info.data.get("judge") == "openai_compatible":
+            for key in ("endpoint", "model"):
+                if not getattr(llm_judge, key):
+                    raise ValueError(f"{key} is required when judge is openai_compatible")
+        return llm_judge
+
+    @field_validator("granularity")
+    @classmethod
+    def _granularity_of_hhem(cls, granularity: str, info: Any) -> str:
+        if granularity == "sentence" and info.data.get("judge") == "openai_compatible":
+            raise ValueError(
+                "sentence applies to the hhem judge; openai_compatible splits the answer "
+                "into claims itself"
+            )
+        return granularity
+
     @field_validator("precision")
     @classmethod
     def _int8_on_cpu(cls, precision: str, info: Any) -> str:
         on_cpu = str(info.data.get("device", "cpu")).startswith("cpu")
-        if precision in ("int8", "onnx") and not on_cpu:
+        if precision in ("int8", "onnx", "onnx_int8") and not on_cpu:
             raise ValueError(f"{precision} runs on cpu only; use auto, bf16 or fp32 on cuda")
         return precision

@@ -36,8 +36,10 @@ if TYPE_CHECKING:
 
 # bf16_autocast: the encoder's matrix products in bf16, its layer norms (T5 computes them
 # in fp32 against fp32 weights) and the classifier in fp32; bf16: every weight in bf16;
-# int8: dynamically quantized Linear layers (cpu only); onnx: ONNX Runtime in fp32 (cpu only).
-Precision = Literal["fp32", "bf16_autocast", "bf16", "int8", "onnx"]
+# int8: dynamically quantized Linear layers (cpu only); onnx: ONNX Runtime in fp32 (cpu only);
+# onnx_int8: ONNX Runtime with dynamically quantized int8 weights (cpu only).
+Precision = Literal["fp32", "bf16_autocast", "bf16", "int8", "onnx", "onnx_int8"]
+ONNX_PRECISIONS: tuple[Precision, ...] = ("onnx", "onnx_int8")
 
 HHEM_REPO = "vectara/hallucination_evaluation_model"
 DEFAULT_FOUNDATION = "google/flan-t5-base"
@@ -175,19 +177,19 @@ class HhemScorer:
         model.eval()  # type: ignore[no-untyped-call]
         self.precision = precision
         self.model: torch.nn.Module = apply_precision(model, precision).to(self.device)
-        self._session = _onnx_session(self.model) if precision == "onnx" else None
+        self._session = _onnx_session(self.model, precision)
 
     def converted(self, precision: Precision) -> HhemScorer:
         """This fp32 scorer in another precision; it shares the tokenizer, and for
-        ``bf16_autocast`` and ``onnx`` the torch weights too (bf16 and int8 convert a copy;
-        ONNX Runtime holds its own)."""
+        ``bf16_autocast`` and the ONNX precisions the torch weights too (bf16 and int8
+        convert a copy; ONNX Runtime holds its own)."""
         if self.precision != "fp32":
             raise ValueError(f"only an fp32 scorer converts; this one is {self.precision}")
         other = copy.copy(self)
         other.precision = precision
         if precision in ("bf16", "int8"):
             other.model = apply_precision(copy.deepcopy(self.model), precision)
-        other._session = _onnx_session(self.model) if precision == "onnx" else None
+        other._session = _onnx_session(self.model, precision)
         return other
 
     def prepare(self, premise: str, hypothesis: str) -> PreparedPair:
@@ -336,10 +338,13 @@ def apply_precision(model: torch.nn.Module, precision: Precision) -> torch.nn.Mo
     return model
 
 
-def _onnx_session(model: torch.nn.Module) -> Any:
+def _onnx_session(model: torch.nn.Module, precision: Precision) -> Any:
+    """An ONNX Runtime session for the ONNX precisions; None for the torch ones."""
+    if precision not in ONNX_PRECISIONS:
+        return None
     from detectors.faithfulness.onnx_runtime import onnx_session
 
-    return onnx_session(model)
+    return onnx_session(model, int8=precision == "onnx_int8")
 
 
 def set_threads(threads: int | None) -> int:

@@ -3,13 +3,13 @@ fastest that agrees with fp32.
 
 The worker loads the model in fp32, scores the built-in calibration set
 (``calibration_pairs.txt``) with it, then converts it to each candidate in turn
-(bf16 autocast, full bf16; on a CPU also dynamic int8 and ONNX Runtime) and
-scores the same set; a candidate that fails to convert or run is logged and left out. A
-candidate qualifies when no score moves more than ``precision_tolerance`` from
-fp32's and no verdict at ``threshold`` flips; the fastest qualifying one is
-used, fp32 (which always qualifies) when none is faster. Speed is pairs per
-second on the set, after one warm-up pass that pays the one-time allocations,
-so the choice reflects this machine, its cores and its load at start-up.
+(bf16 autocast, full bf16; on a CPU also dynamic int8, ONNX Runtime in fp32, and ONNX
+Runtime with dynamic int8 weights) and scores the same set; a candidate that fails to
+convert or run is logged and left out. A candidate qualifies when no score moves more
+than ``precision_tolerance`` from fp32's and no verdict at ``threshold`` flips; the
+fastest qualifying one is used, fp32 (which always qualifies) when none is faster.
+Speed is pairs per second on the set, after one warm-up pass that pays the one-time
+allocations, so the choice reflects this machine, its cores and its load at start-up.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from detectors.faithfulness.hhem import HhemScorer, Precision, PreparedPair
 log = structlog.get_logger("rag_monitor.faithfulness")
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration_pairs.txt")
-CPU_CANDIDATES: tuple[Precision, ...] = ("bf16_autocast", "bf16", "int8", "onnx")
-CUDA_CANDIDATES: tuple[Precision, ...] = ("bf16_autocast", "bf16")  # int8 and onnx: cpu only
+CPU_CANDIDATES: tuple[Precision, ...] = ("bf16_autocast", "bf16", "int8", "onnx", "onnx_int8")
+# int8 and the ONNX precisions: cpu only
+CUDA_CANDIDATES: tuple[Precision, ...] = ("bf16_autocast", "bf16")
 
 
 class CalibrationCancelled(Exception):

@@ -8,9 +8,11 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
@@ -113,6 +115,7 @@ def test_a_large_tolerance_picks_the_fastest_measured(
         "bf16",
         "int8",
         "onnx",
+        "onnx_int8",
     ]
     fastest = max(choice.measurements, key=lambda m: m.pairs_per_second)
     assert choice.precision == fastest.precision == chosen.precision
@@ -141,6 +144,86 @@ def test_a_candidate_that_flips_a_verdict_is_never_chosen(fp32: HhemScorer) -> N
     assert int8.flips >= 1
     assert chosen.precision == choice.precision != "int8"
     assert picked.flips == 0
+
+
+# --- onnx_int8: ONNX Runtime with dynamic int8 weights --------------------------------------
+
+
+def test_onnx_int8_runs_int8_weights_in_integer_matrix_products(fp32: HhemScorer) -> None:
+    """The quantized graph multiplies int8 weights (integer MatMul kernels), where the fp32
+    export has none; its session scores the calibration set."""
+    import onnx
+
+    from detectors.faithfulness.onnx_runtime import FirstPositionLogits, quantized_int8
+
+    exported = _export(FirstPositionLogits(fp32.model))
+    quantized = onnx.load_from_string(quantized_int8(exported))
+    plain = onnx.load_from_string(exported)
+    int8 = onnx.TensorProto.INT8
+    assert not any(t.data_type == int8 for t in plain.graph.initializer)
+    assert any(t.data_type == int8 for t in quantized.graph.initializer)
+    ops = {node.op_type for node in quantized.graph.node}
+    assert ops & {"MatMulInteger", "DynamicQuantizeMatMul"}
+    scores = fp32.converted("onnx_int8").score(read_calibration_pairs())
+    assert all(0.0 <= s <= 1.0 for s in scores)
+
+
+def _export(module: torch.nn.Module) -> bytes:
+    """The module exported as the onnx precision exports it (dynamic axes, opset 17)."""
+    import io
+    import warnings
+
+    example = torch.ones((1, 16), dtype=torch.long)
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module,
+            (example, example),
+            buffer,  # type: ignore[arg-type]
+            input_names=["input_ids", "attention_mask"],
+            output_names=["logits"],
+            dynamic_axes={n: {0: "batch", 1: "sequence"} for n in ("input_ids", "attention_mask")},
+            opset_version=17,
+            dynamo=False,
+        )
+    return buffer.getvalue()
+
+
+def test_a_too_lossy_onnx_int8_is_refused(fp32: HhemScorer) -> None:
+    """On the tiny model int8 weights move scores far (about 0.3): with a tolerance under its
+    measured change onnx_int8 is measured but never kept, whatever its speed."""
+    pairs = read_calibration_pairs()
+    reference = fp32.score(pairs)
+    quantized = fp32.converted("onnx_int8").score(pairs)
+    change = max(abs(a - b) for a, b in zip(reference, quantized, strict=True))
+    assert change > 0.05  # the tiny random model: far outside the default tolerance 0.01
+    chosen, choice = calibrate(fp32, threshold=0.0, tolerance=change / 2, batch_size=1)
+    measured = next(m for m in choice.measurements if m.precision == "onnx_int8")
+    assert measured.max_change == pytest.approx(change, abs=1e-6)
+    assert choice.precision != "onnx_int8"
+    assert chosen.precision == choice.precision
+    fastest = replace(measured, pairs_per_second=1e9)
+    others = [m for m in choice.measurements if m.precision != "onnx_int8"]
+    assert choose([*others, fastest], change / 2) != "onnx_int8"
+
+
+@pytest.mark.parametrize(
+    ("speed", "tolerance", "kept"),
+    [(1e9, 1.0, True), (1e9, 0.0, False), (1e-9, 1.0, False)],
+    ids=["fastest-within-tolerance", "fastest-beyond-tolerance", "within-but-slowest"],
+)
+def test_onnx_int8_is_kept_only_within_tolerance_and_faster(
+    no_flips: tuple[HhemScorer, PrecisionChoice], speed: float, tolerance: float, kept: bool
+) -> None:
+    """On the tiny model's measurements with onnx_int8's speed set: kept when it is the
+    fastest within tolerance, refused beyond it or when slower than the others."""
+    _, choice = no_flips
+    figures = [
+        replace(m, pairs_per_second=speed) if m.precision == "onnx_int8" else m
+        for m in choice.measurements
+    ]
+    assert (choose(figures, tolerance) == "onnx_int8") is kept
 
 
 def test_a_stop_cancels_the_calibration(fp32: HhemScorer) -> None:
@@ -197,7 +280,14 @@ def test_auto_is_the_default_and_exports_its_choice(
         detector = start(tiny[0], started)
         wait_until(lambda: detector.worker.state == "ready", timeout=120)
     [line] = [e for e in logs if e["event"] == "faithfulness_precision_chosen"]
-    assert set(line["candidates"]) == {"fp32", "bf16_autocast", "bf16", "int8", "onnx"}
+    assert set(line["candidates"]) == {
+        "fp32",
+        "bf16_autocast",
+        "bf16",
+        "int8",
+        "onnx",
+        "onnx_int8",
+    }
     assert all(
         {"pairs_per_s", "max_change", "flips"} <= set(c) for c in line["candidates"].values()
     )
@@ -232,9 +322,9 @@ def test_a_shutdown_during_calibration_stops_the_worker(
     assert sample(detector.registry, "rag_faithfulness_precision_info") == 0
 
 
-@pytest.mark.parametrize("precision", ["int8", "onnx"])
+@pytest.mark.parametrize("precision", ["int8", "onnx", "onnx_int8"])
 def test_cpu_only_precisions_are_refused_on_cuda(precision: str) -> None:
-    """int8 and onnx run on the CPU only: with device cuda the config names the key."""
+    """int8 and the ONNX precisions run on the CPU only: with device cuda the config says so."""
     with pytest.raises(ValueError, match=f"{precision} runs on cpu only"):
         FaithfulnessConfig.model_validate({"device": "cuda", "precision": precision})
 
