@@ -189,12 +189,14 @@ class Feedback:
 
 @dataclass(frozen=True, slots=True)
 class JudgeScore:
-    """A judge's score of a trace's answer (HHEM: P(consistent)), emitted by the detector
-    that scored it so that others (the review sampler) can act on it."""
+    """A judge's score of a trace's answer (HHEM: P(consistent); an LLM judge: the share of
+    supported claims), emitted by the detector that scored it so that others (the review
+    sampler) can act on it."""
 
     trace_id: str
     score: float
     threshold: float  # the scorer's threshold: under it the answer counts as unsupported
+    judge: str = "hhem"  # which judge scored: review calibrates each judge apart
 
 
 @dataclass(frozen=True, slots=True)

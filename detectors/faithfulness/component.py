@@ -41,7 +41,7 @@ def model_needs(config: FaithfulnessConfig) -> list[ModelNeed]:
     setting (``model``) then points at both.
     """
     model = config.model
-    if not config.enabled or Path(model).expanduser().is_dir():
+    if not config.enabled or config.judge != "hhem" or Path(model).expanduser().is_dir():
         return []
     if Path(model).is_absolute() or model.startswith(".") or model.count("/") != 1:
         raise ValueError(
@@ -80,7 +80,7 @@ def load_model(config: FaithfulnessConfig) -> None:
 
 def missing_models(config: FaithfulnessConfig) -> list[str]:
     """The model (or its foundation) that is neither a directory nor in the local cache."""
-    if not config.enabled:
+    if not config.enabled or config.judge != "hhem":
         return []
     try:
         read_checkpoint(config.model)
@@ -92,14 +92,14 @@ def missing_models(config: FaithfulnessConfig) -> list[str]:
 
 
 def _fields(config: FaithfulnessConfig, guardrails: Any) -> tuple[str, ...]:
-    """HHEM judges the answer against the contexts' text."""
+    """The judge reads the answer against the contexts' text."""
     return ("answer", "contexts") if config.enabled else ()
 
 
 COMPONENT = DetectorComponent(
     name="faithfulness",
     config_model=FaithfulnessConfig,
-    description="sampled HHEM faithfulness",
+    description="sampled faithfulness (HHEM or an LLM judge)",
     build=_build,
     fields=_fields,
     rules=alerting.rules,

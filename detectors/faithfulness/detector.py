@@ -1,11 +1,12 @@
-"""The faithfulness detector's front end: sample inline, score on the worker, export.
+"""The faithfulness detector's front end: sample inline, judge on the worker, export.
 
 ``observe`` runs on the pipeline thread and only asks the sampler. A trace it takes that
-the model need not see (no answer, a blank answer, a refusal, no context with text:
-``triage.py``) is settled there and counted, never queued; the model runs on the worker
-thread (``worker.py``) on the rest, and scores go to the metrics and, when configured, to
-Phoenix as span annotations. Only scored answers enter the score, the pass share and the
-``JudgeScore`` events others act on.
+the judge need not see (no answer, a blank answer, a refusal, no context with text:
+``triage.py``) is settled there and counted, never queued; the judge (HHEM or an LLM,
+``judge.py``) runs on the worker thread (``worker.py``) on the rest, and scores go to the
+metrics and, when configured, to Phoenix as span annotations. Only scored answers enter
+the score, the pass share and the ``JudgeScore`` events others act on; each event names
+its judge, so that review calibrates each judge apart.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from detectors.faithfulness.annotations import PhoenixAnnotator
 from detectors.faithfulness.config import FaithfulnessConfig
+from detectors.faithfulness.judge import judge_name
 from detectors.faithfulness.names import (
     BELOW_THRESHOLD_TOTAL,
     EVALUATIONS_TOTAL,
@@ -51,8 +53,9 @@ class FaithfulnessMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         score = Histogram(
             FAITHFULNESS_SCORE,
-            "HHEM score of sampled answers (P(consistent); sentence granularity: the share "
-            "of supported sentences), by variant.",
+            "Faithfulness score of sampled answers by the judge (hhem: P(consistent), or "
+            "the share of supported sentences; openai_compatible: the share of supported "
+            "claims), by variant.",
             ["variant"],
             buckets=SCORE_BUCKETS,
             registry=registry,
@@ -60,8 +63,9 @@ class FaithfulnessMetrics:
         self.score = ByVariant(score.labels)
         evaluations = Counter(
             EVALUATIONS_TOTAL,
-            "Sampled answers by outcome (scored; no_answer, no_claims (blank), refusal, "
-            "no_context (no context with text): settled without the model; error) and variant.",
+            "Sampled answers by outcome (scored; no_answer, no_claims (blank, or no claim "
+            "found by an LLM judge), refusal, no_context (no context with text): settled "
+            "without the judge; error: the judge gave no score) and variant.",
             ["outcome", "variant"],
             registry=registry,
         )
@@ -82,29 +86,31 @@ class FaithfulnessMetrics:
         )
         self.cache_hits = Counter(
             "rag_faithfulness_cache_hits",
-            "Pairs whose score came from the LRU cache instead of the model.",
+            "Pairs whose score came from the LRU cache instead of the judge.",
             registry=registry,
         )
         self.model_pairs = Counter(
             "rag_faithfulness_model_pairs",
-            "Pairs scored by the model.",
+            "Pairs scored by the judge (HHEM: each sentence at sentence granularity).",
             registry=registry,
         )
         self.model_seconds = Counter(
             "rag_faithfulness_model_seconds",
-            "Seconds spent in model forward passes (pairs / seconds: capacity).",
+            "Seconds spent in the judge: HHEM forward passes, or an LLM judge's batches "
+            "(pairs / seconds: capacity).",
             registry=registry,
         )
 
 
 def without_query_vector(trace: RagTrace) -> RagTrace:
-    """The trace as the scorer needs it: a query vector (1,536 numbers, about 50 KB) is not
-    read by HHEM, and thousands of unsampled traces are held for feedback."""
+    """The trace as the judge needs it: a query vector (1,536 numbers, about 50 KB) is not
+    read by a judge, and thousands of unsampled traces are held for feedback."""
     return trace if trace.query_embedding is None else replace(trace, query_embedding=None)
 
 
 class FaithfulnessDetector:
-    """Sampled HHEM-2.1-Open faithfulness of answers against their supplied contexts."""
+    """Sampled faithfulness of answers against their supplied contexts, by the configured
+    judge (HHEM-2.1-Open or an LLM)."""
 
     name: ClassVar[str] = "faithfulness"
 
@@ -120,6 +126,7 @@ class FaithfulnessDetector:
         emit: Callable[[Event], bool] | None = None,
     ) -> None:
         self.config = config
+        self.judge = judge_name(config)
         self._emit = emit  # each score goes back into the pipeline as a JudgeScore event
         self.registry = registry
         self.enabled = config.enabled
@@ -147,7 +154,8 @@ class FaithfulnessDetector:
                 phoenix.endpoint,
                 registry,
                 threshold=config.threshold,
-                metadata={"model": config.model, "granularity": config.granularity},
+                metadata={"judge": self.judge, "granularity": config.granularity}
+                | ({"model": config.model} if config.judge == "hhem" else {}),
             )
         self.annotator = annotator
 
@@ -205,7 +213,8 @@ class FaithfulnessDetector:
         if evaluation.truncated:
             self.metrics.truncated.inc()
         if self._emit is not None:
-            self._emit(JudgeScore(evaluation.trace.trace_id, score, self.config.threshold))
+            trace_id = evaluation.trace.trace_id
+            self._emit(JudgeScore(trace_id, score, self.config.threshold, judge=self.judge))
         span_id = evaluation.trace.root_span_id
         if self.annotator is not None and span_id:
             self.annotator.annotate(span_id, score)

@@ -8,6 +8,13 @@ EVALUATIONS_TOTAL = "rag_faithfulness_evaluations_total"  # labels outcome (scor
 BELOW_THRESHOLD_TOTAL = "rag_faithfulness_below_threshold_total"  # label variant
 SCORED = f'{EVALUATIONS_TOTAL}{{outcome="scored"}}'
 
+# The LLM judge's own work and spend, label judge (and outcome, direction, verdict).
+JUDGE_REQUESTS_TOTAL = "rag_judge_requests_total"  # label outcome: ok, timeout, malformed, ...
+JUDGE_TOKENS_TOTAL = "rag_judge_tokens_total"  # label direction: input, output
+JUDGE_COST_USD_TOTAL = "rag_judge_cost_usd_total"
+JUDGE_CLAIMS_TOTAL = "rag_judge_claims_total"  # label verdict: supported, unsupported
+JUDGE_CLAIMS_CUT_TOTAL = "rag_judge_claims_cut_total"  # claims past max_claims, not verified
+
 
 def pass_ratio(window: str) -> str:
     """The recorded share of scored answers at or above the threshold per job."""

@@ -1,11 +1,14 @@
-"""Statistics over reviewed items: the judge (HHEM) against people, and implicit signals
-against the same review.
+"""Statistics over reviewed items: each judge (HHEM, an LLM judge) against people, and
+implicit signals against the same review.
 
 Both read only labels and counts (scores, verdict categories, feedback kinds), never
 the text of an item.
 
-Judge calibration: a reviewed item that HHEM scored gives one pair (HHEM verdict,
-human verdict). HHEM says "supported" when ``score >= threshold``. A person's ``yes``
+Judge calibration, per judge: a reviewed item that a judge scored gives one pair (the
+judge's verdict, the human verdict). Each item keeps the name of the judge that scored
+it (items stored before judges had names were scored by HHEM); judges are never pooled,
+since their scores mean different things (HHEM's probability, an LLM judge's share of
+supported claims). A judge says "supported" when ``score >= threshold``. A person's ``yes``
 is supported; ``no`` and ``partly`` are unsupported (a partly supported answer holds
 an unsupported claim, which is what the judge is there to catch); ``no_claim`` has
 nothing to support and leaves the pair out (counted). "Unsupported" is the positive
@@ -29,6 +32,7 @@ from detectors.review.model import ReviewItem, Verdict
 
 Reviewed = Sequence[tuple[ReviewItem, Verdict]]
 
+DEFAULT_JUDGE = "hhem"  # the judge of items stored without a judge name
 SUPPORTED_LABEL = "supported"
 UNSUPPORTED_LABEL = "unsupported"
 BOOTSTRAP_RESAMPLES = 1000
@@ -45,8 +49,13 @@ def human_supported(verdict: Verdict) -> bool | None:
     return verdict.supported == "yes"
 
 
+def judge_of(item: ReviewItem) -> str:
+    """The judge that scored ``item`` (HHEM for items stored before judges had names)."""
+    return item.judge or DEFAULT_JUDGE
+
+
 def hhem_supported(item: ReviewItem) -> bool | None:
-    """HHEM's verdict at the threshold it ran with; None when the item was not scored."""
+    """The judge's verdict at the threshold it ran with; None when the item was not scored."""
     if item.hhem_score is None or item.hhem_threshold is None:
         return None
     return item.hhem_score >= item.hhem_threshold
@@ -57,8 +66,8 @@ def _label(supported: bool) -> str:
 
 
 def judge_labels(item: ReviewItem, verdict: Verdict) -> tuple[str, str] | None:
-    """``(hhem, human)`` labels of one pair, for ``rag_review_judge_agreement_total``;
-    None when the item has no HHEM score or the reviewer found no claim."""
+    """``(judge, human)`` labels of one pair, for ``rag_review_judge_agreement_total``;
+    None when the item has no score or the reviewer found no claim."""
     hhem, human = hhem_supported(item), human_supported(verdict)
     if hhem is None or human is None:
         return None
@@ -79,15 +88,16 @@ class BestThreshold:
 
 @dataclass(frozen=True, slots=True)
 class JudgeCalibration:
-    """HHEM against reviewers on the reviewed items HHEM scored."""
+    """One judge against reviewers on the reviewed items it scored."""
 
-    matrix: dict[tuple[str, str], int]  # (hhem, human) -> pairs
+    matrix: dict[tuple[str, str], int]  # (judge, human) -> pairs
     n: int  # pairs in the matrix
     no_claim: int  # scored items left out: the reviewer found no claim
     partly: int  # pairs counted as unsupported because the reviewer said "partly"
-    unscored: int  # reviewed items HHEM never scored
-    thresholds: tuple[float, ...]  # the thresholds HHEM ran with, ascending
+    unscored: int  # reviewed items no judge scored
+    thresholds: tuple[float, ...]  # the thresholds the judge ran with, ascending
     best: BestThreshold | None
+    judge: str = DEFAULT_JUDGE
 
     def count(self, hhem: str, human: str) -> int:
         return self.matrix.get((hhem, human), 0)
@@ -100,14 +110,14 @@ class JudgeCalibration:
 
     @property
     def precision(self) -> float | None:
-        """Of the answers HHEM called unsupported, the share people called unsupported."""
+        """Of the answers the judge called unsupported, the share people called unsupported."""
         flagged = self.count(UNSUPPORTED_LABEL, SUPPORTED_LABEL)
         hit = self.count(UNSUPPORTED_LABEL, UNSUPPORTED_LABEL)
         return hit / (hit + flagged) if hit + flagged else None
 
     @property
     def recall(self) -> float | None:
-        """Of the answers people called unsupported, the share HHEM called unsupported."""
+        """Of the answers people called unsupported, the share the judge called unsupported."""
         missed = self.count(SUPPORTED_LABEL, UNSUPPORTED_LABEL)
         hit = self.count(UNSUPPORTED_LABEL, UNSUPPORTED_LABEL)
         return hit / (hit + missed) if hit + missed else None
@@ -146,10 +156,25 @@ def _bootstrap(
     return float(low), float(high)
 
 
-def judge_calibration(
+def judge_calibrations(
     reviewed: Reviewed, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
+) -> list[JudgeCalibration]:
+    """One calibration per judge that scored a reviewed item, by name (HHEM alone when
+    none did, so that a report always has the section)."""
+    judges = {judge_of(item) for item, _ in reviewed if hhem_supported(item) is not None}
+    return [
+        judge_calibration(reviewed, resamples, seed, j) for j in sorted(judges or {DEFAULT_JUDGE})
+    ]
+
+
+def judge_calibration(
+    reviewed: Reviewed,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    judge: str = DEFAULT_JUDGE,
 ) -> JudgeCalibration:
-    """The confusion matrix, and the best threshold with a seeded percentile bootstrap."""
+    """``judge``'s confusion matrix on the items it scored, and the best threshold with a
+    seeded percentile bootstrap."""
     matrix: dict[tuple[str, str], int] = {}
     no_claim = partly = unscored = 0
     thresholds: set[float] = set()
@@ -158,6 +183,8 @@ def judge_calibration(
     for item, verdict in reviewed:
         if item.hhem_score is None or item.hhem_threshold is None:
             unscored += 1
+            continue
+        if judge_of(item) != judge:
             continue
         labels = judge_labels(item, verdict)
         if labels is None:
@@ -175,7 +202,7 @@ def judge_calibration(
         low, high = _bootstrap(score_array, human_array, resamples, seed)
         best = BestThreshold(threshold, agreed / len(scores), low, high, resamples, len(scores))
     return JudgeCalibration(
-        matrix, len(scores), no_claim, partly, unscored, tuple(sorted(thresholds)), best
+        matrix, len(scores), no_claim, partly, unscored, tuple(sorted(thresholds)), best, judge
     )
 
 

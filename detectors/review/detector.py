@@ -173,7 +173,7 @@ class ReviewDetector:
             if isinstance(work, Enqueue):
                 store.add(work.item)
             elif isinstance(work, AttachScore):
-                store.attach_score(work.trace_id, work.score, work.threshold)
+                store.attach_score(work.trace_id, work.score, work.threshold, work.judge)
             elif isinstance(work, AttachFeedback):
                 store.attach_feedback(work.trace_id, work.kind)
             if self._publisher is not None:

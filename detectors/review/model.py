@@ -40,8 +40,9 @@ class ReviewItem:
     tenant: str | None = None
     session_id: str | None = None
     strata: tuple[Stratum, ...] = ()
-    hhem_score: float | None = None
+    hhem_score: float | None = None  # the judge's score (HHEM's, or another judge's)
     hhem_threshold: float | None = None
+    judge: str | None = None  # the judge that gave the score; None: stored before names (HHEM)
     feedback: tuple[str, ...] = ()  # feedback kinds seen for this trace, e.g. "regenerate"
     queued_at: float = 0.0  # Unix seconds
 

@@ -20,12 +20,13 @@ from typing import Any, Protocol
 import orjson
 
 from detectors.review.calibration import (
+    DEFAULT_JUDGE,
     SUPPORTED_LABEL,
     UNSUPPORTED_LABEL,
     JudgeCalibration,
     Reviewed,
     SignalAssociation,
-    judge_calibration,
+    judge_calibrations,
     signal_associations,
 )
 from detectors.review.model import REASONS, SUPPORTED, Progress, ReviewItem, Verdict
@@ -107,9 +108,14 @@ class ReviewReport:
     supported: dict[str, int]  # reviewer's verdict -> items
     reasons: dict[str, int]  # reason category -> items
     progress: Progress | None
-    judge: JudgeCalibration
+    judges: list[JudgeCalibration]  # one per judge that scored a reviewed item, by name
     signals: list[SignalAssociation]
     golden: int  # reviewed items whose verdict names gold documents
+
+    @property
+    def judge(self) -> JudgeCalibration:
+        """The calibration resting on the most pairs (HHEM's on a tie or with none)."""
+        return max(self.judges, key=lambda j: (j.n, j.judge == DEFAULT_JUDGE))
 
 
 def build_report(
@@ -130,7 +136,7 @@ def build_report(
         supported=supported,
         reasons=reasons,
         progress=progress,
-        judge=judge_calibration(reviewed),
+        judges=judge_calibrations(reviewed),
         signals=signal_associations(reviewed),
         golden=golden,
     )
@@ -144,13 +150,19 @@ def _number(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g}"
 
 
+def judge_title(judge: str) -> str:
+    """How the report names a judge: HHEM, or the judge's name with its model."""
+    return "HHEM" if judge == DEFAULT_JUDGE else judge
+
+
 def _judge_lines(judge: JudgeCalibration) -> list[str]:
     """The calibration in sentences (plain text: the renderers escape it)."""
     thresholds = ", ".join(f"{t:g}" for t in judge.thresholds) or "none"
+    title = judge_title(judge.judge)
     lines = [
-        f"{judge.n} reviewed items with an HHEM score (threshold in use: {thresholds}); "
+        f"{judge.n} reviewed items with a {title} score (threshold in use: {thresholds}); "
         f"{judge.no_claim} left out because the reviewer found no claim, "
-        f"{judge.unscored} reviewed items HHEM never scored.",
+        f"{judge.unscored} reviewed items no judge scored.",
         f"'partly' counts as unsupported ({judge.partly} such items in the matrix).",
         f"Agreement at the threshold in use: {_share(judge.agreement)}. "
         f"Precision of 'unsupported': {_share(judge.precision)}; "
@@ -206,11 +218,21 @@ def _progress_rows(progress: Progress | None) -> list[list[str]]:
     return [[s, str(progress.queued.get(s, 0)), str(progress.reviewed.get(s, 0))] for s in strata]
 
 
+def _judge_table(judge: JudgeCalibration) -> Table:
+    """One judge's calibration section: its matrix against reviewers, and the sentences."""
+    title = judge_title(judge.judge)
+    labels = (SUPPORTED_LABEL, UNSUPPORTED_LABEL)
+    matrix = [[f"{title} {h}", *(str(judge.count(h, p)) for p in labels)] for h in labels]
+    return (
+        f"Judge calibration: {title} against reviewers",
+        ["", f"human {SUPPORTED_LABEL}", f"human {UNSUPPORTED_LABEL}"],
+        matrix,
+        _judge_lines(judge),
+    )
+
+
 def _tables(report: ReviewReport) -> list[Table]:
     """(title, header, rows, sentences) of each section, in order, as plain text."""
-    judge = report.judge
-    labels = (SUPPORTED_LABEL, UNSUPPORTED_LABEL)
-    matrix = [[f"HHEM {h}", *(str(judge.count(h, p)) for p in labels)] for h in labels]
     verdicts = [[k, str(v)] for k, v in report.supported.items()]
     verdicts += [[f"reason: {k}", str(v)] for k, v in report.reasons.items() if v]
     golden = (
@@ -220,12 +242,7 @@ def _tables(report: ReviewReport) -> list[Table]:
     return [
         ("Queue", ["stratum", "queued", "reviewed"], _progress_rows(report.progress), []),
         ("Reviewers' verdicts", ["verdict", "items"], verdicts, [golden]),
-        (
-            "Judge calibration: HHEM against reviewers",
-            ["", f"human {SUPPORTED_LABEL}", f"human {UNSUPPORTED_LABEL}"],
-            matrix,
-            _judge_lines(judge),
-        ),
+        *(_judge_table(judge) for judge in report.judges),
         (
             "Implicit signals against review",
             SIGNAL_HEAD,
@@ -249,16 +266,18 @@ def render_markdown(report: ReviewReport) -> str:
 
 def summary(report: ReviewReport) -> str:
     """One line for the terminal."""
-    judge, best = report.judge, report.judge.best
+    judges = "; ".join(_judge_summary(judge) for judge in report.judges)
+    return f"{report.reviewed} reviewed; {judges}; {len(report.signals)} implicit signals"
+
+
+def _judge_summary(judge: JudgeCalibration) -> str:
+    best = judge.best
     tail = (
         f"best threshold {best.threshold:g} [{best.low:g}, {best.high:g}] (n = {best.n})"
         if best
         else "no scored item reviewed"
     )
-    return (
-        f"{report.reviewed} reviewed; HHEM agreement {_share(judge.agreement)} on {judge.n}, "
-        f"{tail}; {len(report.signals)} implicit signals"
-    )
+    return f"{judge_title(judge.judge)} agreement {_share(judge.agreement)} on {judge.n}, {tail}"
 
 
 def write_report(

@@ -47,11 +47,12 @@ class Enqueue:
 
 @dataclass(frozen=True, slots=True)
 class AttachScore:
-    """An HHEM score for a queued item."""
+    """A judge's score for a queued item."""
 
     trace_id: str
     score: float
     threshold: float
+    judge: str = "hhem"
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,10 +209,10 @@ class ReviewSampler:
         held = self._buffer.get(event.trace_id)
         if held is not None:
             self._buffer[event.trace_id] = replace(
-                held, hhem_score=event.score, hhem_threshold=event.threshold
+                held, hhem_score=event.score, hhem_threshold=event.threshold, judge=event.judge
             )
         if event.trace_id in self._queued:
-            self._sink(AttachScore(event.trace_id, event.score, event.threshold))
+            self._sink(AttachScore(event.trace_id, event.score, event.threshold, event.judge))
         if event.score < event.threshold:
             self._take(event.trace_id, "low_faithfulness", self._clock())
 

@@ -71,6 +71,7 @@ def item_record(item: ReviewItem) -> dict[str, Any]:
         "strata": list(item.strata),
         "hhem_score": item.hhem_score,
         "hhem_threshold": item.hhem_threshold,
+        "judge": item.judge,
         "feedback": list(item.feedback),
         "queued_at": item.queued_at,
     }
@@ -95,6 +96,7 @@ def item_from_record(record: Mapping[str, Any]) -> ReviewItem:
         strata=cast("tuple[Stratum, ...]", strata),
         hhem_score=_optional_float(record.get("hhem_score")),
         hhem_threshold=_optional_float(record.get("hhem_threshold")),
+        judge=None if record.get("judge") is None else str(record["judge"]),
         feedback=tuple(str(kind) for kind in record.get("feedback", ())),
         queued_at=float(record.get("queued_at", 0.0)),
     )
@@ -147,6 +149,7 @@ def merge_items(held: ReviewItem, new: ReviewItem) -> ReviewItem:
         hhem_threshold=(
             held.hhem_threshold if held.hhem_threshold is not None else new.hhem_threshold
         ),
+        judge=held.judge if held.hhem_score is not None else new.judge,
         feedback=held.feedback + tuple(k for k in new.feedback if k not in held.feedback),
     )
 
@@ -177,9 +180,14 @@ class ReviewStore:
             self._put(item, new=True)
             return True
 
-    def attach_score(self, trace_id: str, score: float, threshold: float) -> None:
-        """The HHEM score of a queued item (a later one replaces it)."""
-        self._update(trace_id, lambda i: replace(i, hhem_score=score, hhem_threshold=threshold))
+    def attach_score(
+        self, trace_id: str, score: float, threshold: float, judge: str = "hhem"
+    ) -> None:
+        """The judge's score of a queued item (a later one replaces it)."""
+        self._update(
+            trace_id,
+            lambda i: replace(i, hhem_score=score, hhem_threshold=threshold, judge=judge),
+        )
 
     def attach_feedback(self, trace_id: str, kind: str) -> None:
         """A feedback kind seen for a queued item (each kind once)."""

@@ -1,0 +1,143 @@
+"""What the LLM judge itself costs: requests by outcome, tokens, USD, and claims.
+
+Prices are the configured ones (``llm_judge.input_usd_per_1m_tokens`` and
+``output_usd_per_1m_tokens``), else the genai-prices table's entry for the model; a
+model in neither (a self-hosted one) has its tokens counted but no cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import Counter
+
+from detectors.faithfulness.names import (
+    JUDGE_CLAIMS_CUT_TOTAL,
+    JUDGE_CLAIMS_TOTAL,
+    JUDGE_COST_USD_TOTAL,
+    JUDGE_REQUESTS_TOTAL,
+    JUDGE_TOKENS_TOTAL,
+)
+from detectors.faithfulness.openai_chat import REQUEST_OUTCOMES, RequestOutcome, Usage
+from monitor.metrics import shared_metric
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from detectors.faithfulness.config import LlmJudgeConfig
+
+_MTOK = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Prices:
+    """USD per token in and out, or a genai-prices entry for tiered prices."""
+
+    input_per_mtok: float = 0.0
+    output_per_mtok: float = 0.0
+    table_entry: Any = None  # genai_prices ModelPrice
+
+    @classmethod
+    def configured(cls, config: LlmJudgeConfig) -> Prices | None:
+        if config.input_usd_per_1m_tokens is None or config.output_usd_per_1m_tokens is None:
+            return None
+        return cls(config.input_usd_per_1m_tokens, config.output_usd_per_1m_tokens)
+
+    @classmethod
+    def lookup(cls, model: str) -> Prices | None:
+        """The genai-prices entry for ``model``; None when the table does not know it."""
+        from genai_prices import Usage as PriceUsage
+        from genai_prices import calc_price
+
+        try:
+            found = calc_price(PriceUsage(input_tokens=0), model)
+        except (LookupError, ValueError):
+            return None
+        return cls(table_entry=found.model_price)
+
+    def cost(self, usage: Usage) -> float:
+        if self.table_entry is None:
+            spent = usage.input_tokens * self.input_per_mtok
+            return (spent + usage.output_tokens * self.output_per_mtok) / _MTOK
+        from genai_prices import Usage as PriceUsage
+
+        counts = PriceUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
+        return float(Decimal(self.table_entry.calc_price(counts)["total_price"]))
+
+
+class JudgeMetrics:
+    """``rag_judge_*`` series of one judge (label ``judge``)."""
+
+    def __init__(
+        self, registry: CollectorRegistry | None, judge: str, prices: Prices | None
+    ) -> None:
+        self._prices = prices
+        requests = _counter(
+            registry,
+            JUDGE_REQUESTS_TOTAL,
+            "Requests the LLM judge made, each attempt once, by outcome (ok; malformed: a "
+            "reply off its schema; timeout, rate_limited, server_error, client_error, "
+            "connection_error).",
+            ["judge", "outcome"],
+        )
+        self._requests = {o: requests.labels(judge, o) for o in REQUEST_OUTCOMES}
+        tokens = _counter(
+            registry,
+            JUDGE_TOKENS_TOTAL,
+            "Tokens the LLM judge's replies report, by direction (input, output).",
+            ["judge", "direction"],
+        )
+        self._input, self._output = tokens.labels(judge, "input"), tokens.labels(judge, "output")
+        self._cost = (
+            _counter(
+                registry,
+                JUDGE_COST_USD_TOTAL,
+                "USD the LLM judge's tokens cost (configured prices, else genai-prices; absent "
+                "for an unpriced model).",
+                ["judge"],
+            ).labels(judge)
+            if prices is not None
+            else None
+        )
+        claims = _counter(
+            registry,
+            JUDGE_CLAIMS_TOTAL,
+            "Claims the LLM judge verified, by verdict (supported, unsupported).",
+            ["judge", "verdict"],
+        )
+        self._supported = claims.labels(judge, "supported")
+        self._unsupported = claims.labels(judge, "unsupported")
+        self._cut = _counter(
+            registry,
+            JUDGE_CLAIMS_CUT_TOTAL,
+            "Claims past llm_judge.max_claims, cut before verification.",
+            ["judge"],
+        ).labels(judge)
+
+    def attempt(self, outcome: RequestOutcome, usage: Usage | None) -> None:
+        """One request's outcome and the tokens its reply reports (spent even when the
+        reply is then refused)."""
+        self._requests[outcome].inc()
+        if usage is None:
+            return
+        self._input.inc(usage.input_tokens)
+        self._output.inc(usage.output_tokens)
+        if self._cost is not None and self._prices is not None:
+            self._cost.inc(self._prices.cost(usage))
+
+    def claims(self, supported: int, unsupported: int) -> None:
+        self._supported.inc(supported)
+        self._unsupported.inc(unsupported)
+
+    def claims_cut(self, count: int) -> None:
+        self._cut.inc(count)
+
+
+def _counter(
+    registry: CollectorRegistry | None, name: str, documentation: str, labels: list[str]
+) -> Counter:
+    if registry is None:
+        return Counter(name, documentation, labels, registry=None)
+    return shared_metric(registry, Counter, name, documentation, labels)

@@ -1,0 +1,263 @@
+"""The ``openai_compatible`` judge: claim-level faithfulness by an LLM.
+
+The method's definition: extract the answer's claims, verify each against the contexts,
+score = the share supported (3 of 4 supported: 0.75); an answer with no claim is not
+scored (``no_claims``). Each answer takes two requests, both with a strict JSON schema:
+
+1. **Extraction** sees the question and the answer, never the contexts, and returns the
+   answer's claims (short, self-contained statements). The model splits rather than a
+   sentence splitter because one sentence often carries several claims ("Mars has two
+   moons, Phobos and Deimos") and a claim often needs its sentence's neighbours ("It was
+   founded in 1994"); keeping the contexts out means the split cannot lean on what they
+   support, and it is checked on its own as the method asks. The extra request costs the
+   answer's tokens twice, not the contexts'.
+2. **Verification** sees the contexts and the numbered claims, and returns one verdict
+   per claim number: ``supported`` or ``unsupported``.
+
+A reply that does not follow its schema exactly (a missing or extra key, a claim number
+given twice or not at all, an empty claim) is ``malformed``: an error, never a score.
+Claims past ``max_claims`` are cut (``rag_judge_claims_cut_total``) before verification.
+Answers of a batch are judged ``concurrency`` at a time on a thread pool; scores are
+cached by (premise, answer) like HHEM's.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from detectors.faithfulness.config import FaithfulnessConfig, LlmJudgeConfig
+from detectors.faithfulness.judge import (
+    NO_CLAIMS,
+    JudgePair,
+    JudgeResult,
+    JudgeUnavailable,
+    ScoreCache,
+    WorkerStats,
+    judge_name,
+    pair_key,
+)
+from detectors.faithfulness.judge_metrics import JudgeMetrics, Prices
+from detectors.faithfulness.openai_chat import ChatClient, ChatError
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+log = structlog.get_logger("rag_monitor.faithfulness")
+
+EXTRACT_PROMPT = (
+    "You break an answer into claims. A claim is one short statement of fact that the "
+    "answer makes, understandable on its own: replace pronouns and references with what "
+    "they stand for, using the question where the answer relies on it. Keep every "
+    "statement of fact, including any you think is wrong, and add nothing the answer does "
+    "not say. Leave out greetings, questions, offers of further help and statements about "
+    "the answer itself. List the claims in the order the answer makes them, at most "
+    "{max_claims}. An answer that states no fact has no claims: return an empty list."
+)
+VERIFY_PROMPT = (
+    "You check claims against passages. For each numbered claim, say 'supported' when "
+    "the passages state it or it follows directly from what they state, and "
+    "'unsupported' when they contradict it or do not settle it. Judge by the passages "
+    "alone, not by what you know. Give exactly one verdict for every claim number."
+)
+CLAIMS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"claims": {"type": "array", "items": {"type": "string"}}},
+    "required": ["claims"],
+    "additionalProperties": False,
+}
+VERDICTS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "verdicts": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "claim": {"type": "integer"},
+                    "verdict": {"type": "string", "enum": ["supported", "unsupported"]},
+                },
+                "required": ["claim", "verdict"],
+                "additionalProperties": False,
+            },
+        }
+    },
+    "required": ["verdicts"],
+    "additionalProperties": False,
+}
+
+
+class MalformedReply(ValueError):
+    """A reply whose JSON object does not follow its schema."""
+
+
+def parse_claims(content: dict[str, Any]) -> list[str]:
+    """The claims of an extraction reply, exactly as ``CLAIMS_SCHEMA`` says."""
+    claims = content.get("claims")
+    if set(content) != {"claims"} or not isinstance(claims, list):
+        raise MalformedReply("not an object with claims alone")
+    if not all(isinstance(c, str) and c.strip() for c in claims):
+        raise MalformedReply("a claim that is not a non-empty string")
+    return [c.strip() for c in claims]
+
+
+def parse_verdicts(content: dict[str, Any], claims: int) -> list[bool]:
+    """Supported or not, per claim in order, from a verification reply: exactly one
+    verdict for each claim number 1..``claims``, as ``VERDICTS_SCHEMA`` says."""
+    verdicts = content.get("verdicts")
+    if set(content) != {"verdicts"} or not isinstance(verdicts, list):
+        raise MalformedReply("not an object with verdicts alone")
+    found: dict[int, bool] = {}
+    for entry in verdicts:
+        if not isinstance(entry, dict) or set(entry) != {"claim", "verdict"}:
+            raise MalformedReply("a verdict that is not {claim, verdict}")
+        number, verdict = entry["claim"], entry["verdict"]
+        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= claims:
+            raise MalformedReply("a claim number out of range")
+        if verdict not in ("supported", "unsupported") or number in found:
+            raise MalformedReply("an unknown verdict, or a claim judged twice")
+        found[number] = verdict == "supported"
+    if len(found) != claims:
+        raise MalformedReply("a claim without a verdict")
+    return [found[n] for n in range(1, claims + 1)]
+
+
+class LlmJudge:
+    """Claim-level faithfulness by an LLM on an OpenAI-compatible endpoint."""
+
+    def __init__(
+        self,
+        config: LlmJudgeConfig,
+        *,
+        name: str,
+        client: ChatClient,
+        metrics: JudgeMetrics,
+        cache_size: int = 0,
+        on_stats: Callable[[WorkerStats], None] = lambda _: None,
+    ) -> None:
+        self.name = name
+        self.batch_size = config.concurrency
+        self._max_claims = config.max_claims
+        self._client = client
+        self._metrics = metrics
+        self._cache: ScoreCache[JudgeResult] = ScoreCache(cache_size)
+        self._on_stats = on_stats
+        self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="llm-judge")
+
+    def score(self, pairs: Sequence[JudgePair]) -> list[JudgeResult]:
+        results: dict[bytes, JudgeResult] = {}
+        pending: dict[bytes, JudgePair] = {}
+        keys = [pair_key(p.premise, p.answer) for p in pairs]
+        hits = 0
+        for key, pair in zip(keys, pairs, strict=True):
+            if key in results or key in pending:
+                continue
+            cached = self._cache.get(key)
+            if cached is not None:
+                results[key] = cached
+                hits += 1
+            else:
+                pending[key] = pair
+        started = time.perf_counter()
+        judged = list(self._pool.map(self.judge, pending.values()))
+        for key, result in zip(pending, judged, strict=True):
+            results[key] = result
+            if result.outcome != "error":
+                self._cache.put(key, result)
+        self._on_stats(WorkerStats(len(pending), time.perf_counter() - started, hits))
+        return [results[key] for key in keys]
+
+    def judge(self, pair: JudgePair) -> JudgeResult:
+        """One answer: extract its claims, verify them, the supported share."""
+        try:
+            claims = self._claims(pair)
+            if not claims:
+                return NO_CLAIMS
+            supported = self._verdicts(pair, claims)
+        except ChatError as exc:
+            return JudgeResult.failed(exc.kind)
+        self._metrics.claims(sum(supported), len(supported) - sum(supported))
+        return JudgeResult.scored(sum(supported) / len(supported))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _claims(self, pair: JudgePair) -> list[str]:
+        question = f"Question:\n{pair.question}\n\n" if pair.question else ""
+        messages = [
+            {"role": "system", "content": EXTRACT_PROMPT.format(max_claims=self._max_claims)},
+            {"role": "user", "content": f"{question}Answer:\n{pair.answer}"},
+        ]
+        claims = self._client.complete(messages, "claims", CLAIMS_SCHEMA, parse_claims)
+        if len(claims) > self._max_claims:
+            self._metrics.claims_cut(len(claims) - self._max_claims)
+        return claims[: self._max_claims]
+
+    def _verdicts(self, pair: JudgePair, claims: list[str]) -> list[bool]:
+        numbered = "\n".join(f"{n}. {claim}" for n, claim in enumerate(claims, start=1))
+        messages = [
+            {"role": "system", "content": VERIFY_PROMPT},
+            {
+                "role": "user",
+                "content": f"Passages:\n<<<\n{pair.premise}\n>>>\n\nClaims:\n{numbered}",
+            },
+        ]
+        count = len(claims)
+        return self._client.complete(
+            messages, "verdicts", VERDICTS_SCHEMA, lambda reply: parse_verdicts(reply, count)
+        )
+
+
+def load_llm_judge(
+    config: FaithfulnessConfig,
+    *,
+    registry: CollectorRegistry | None,
+    on_stats: Callable[[WorkerStats], None],
+    stopping: threading.Event,
+) -> LlmJudge:
+    """The judge of ``config.llm_judge``; ``JudgeUnavailable`` when its key is not set."""
+    llm = config.llm_judge
+    # The config requires both with this judge.
+    assert llm.endpoint is not None
+    assert llm.model is not None
+    api_key = None
+    if llm.api_key_env is not None:
+        api_key = os.environ.get(llm.api_key_env)
+        if not api_key:
+            raise JudgeUnavailable(
+                "faithfulness_judge_key_missing",
+                f"set the environment variable {llm.api_key_env} to the API key "
+                "(detectors.faithfulness.llm_judge.api_key_env names it)",
+            )
+    name = judge_name(config)
+    prices = Prices.configured(llm) or Prices.lookup(llm.model)
+    metrics = JudgeMetrics(registry, name, prices)
+    client = ChatClient(
+        llm.endpoint,
+        llm.model,
+        api_key=api_key,
+        timeout_s=llm.timeout_s,
+        max_retries=llm.max_retries,
+        on_attempt=metrics.attempt,
+        wait=stopping.wait,
+    )
+    log.info(
+        "faithfulness_judge_ready",
+        judge=name,
+        concurrency=llm.concurrency,
+        priced=prices is not None,
+    )
+    return LlmJudge(
+        llm,
+        name=name,
+        client=client,
+        metrics=metrics,
+        cache_size=config.cache_size,
+        on_stats=on_stats,
+    )
