@@ -11,6 +11,9 @@ from monitor.buckets import LATENCY_BUCKETS
 from monitor.durations import Duration, parse_duration
 from monitor.section import Section
 
+# The Alerts page of the docs site as `mkdocs serve -f docs/mkdocs.yml` serves it.
+DEFAULT_RUNBOOK_BASE = "http://127.0.0.1:8000/alerts/"
+
 
 class AlertBudget(Section):
     page: float = Field(
@@ -137,4 +140,9 @@ class GuardrailsConfig(Section):
         "1h", description="window of the field-coverage ticket (RagTraceFieldMissing)"
     )
     job: str = Field("rag-monitor", description="Prometheus job scraping the sidecar")
-    runbook_base: str = Field("README.md", description="document or URL of the runbook anchors")
+    runbook_base: str = Field(
+        DEFAULT_RUNBOOK_BASE,
+        description="URL of the docs site's Alerts page: an alert's runbook link is this + "
+        "#<its name in lower case>; the default is the site served by mkdocs serve -f "
+        "docs/mkdocs.yml, set it to the page on your own docs host",
+    )

@@ -5,8 +5,9 @@ add up. Every ratio drops windows without a denominator (``> 0``): no series
 instead of NaN or +Inf. Panel expressions use the dashboard's Grafana variables
 (``$job``, ``$__rate_interval``). Alerts carry ``severity`` (``page``: a person acts
 now; ``ticket``: work for the next business day) and the annotations ``summary``,
-``description`` and ``runbook``, an anchor into the runbook (the README heading
-``### RagFaithfulnessLow`` is the anchor ``#ragfaithfulnesslow``). A guardrail alert
+``description`` and ``runbook``, a link to the alert's section of the docs site's Alerts
+page (``guardrails.runbook_base`` + ``#ragfaithfulnesslow`` for the heading
+``## RagFaithfulnessLow``). A guardrail alert
 also carries ``suspected_cause`` (the method's first triage rule, see ``triage``).
 """
 

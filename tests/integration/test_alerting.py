@@ -139,7 +139,10 @@ def test_slow_generate_stage_fires_then_resolves_at_the_webhook(
             "slo_seconds": "0.5",
             "objective": "0.95",
         }
-        assert alert["annotations"]["runbook"] == "README.md#ragstagelatencyslobreach"
+        assert (
+            alert["annotations"]["runbook"]
+            == "http://127.0.0.1:8000/alerts/#ragstagelatencyslobreach"
+        )
     description = firing[0]["annotations"]["description"]
     assert "(95% of requests within 0.5s over 30d)" in description
     # the evidence the page rests on, read from the recording rules at evaluation

@@ -21,7 +21,7 @@ ALERTS_DIR = REPO / "alerts"
 GOLDEN = ALERTS_DIR / "tests" / "rules.yaml"
 REGENERATE = "python -m monitor rules > alerts/tests/rules.yaml"
 
-# README "Alerts": stable names, each with severity and a runbook annotation.
+# The docs site's Alerts page: stable names, each with severity and a runbook link to its section.
 STABLE_ALERTS = {
     "RagFaithfulnessLow",
     "RagStageLatencySLOBreach",
@@ -159,7 +159,7 @@ def test_every_design_alert_has_severity_and_annotations() -> None:
         )
         assert set(annotations) == expected, rule["alert"]
         assert all(annotations.values()), rule["alert"]
-        assert annotations["runbook"] == f"README.md#{rule['alert'].lower()}"
+        assert annotations["runbook"] == f"http://127.0.0.1:8000/alerts/#{rule['alert'].lower()}"
 
 
 def test_entitlement_violation_pages_without_for() -> None:
