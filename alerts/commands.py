@@ -1,5 +1,6 @@
-"""``rag-monitor rules``, ``dashboard`` and ``demo``, registered in the entry-point group
-``rag_monitor.commands`` so that the command line (core) imports nothing from ``alerts``."""
+"""``rag-monitor rules``, ``dashboard``, ``demo`` and ``docs reference``, registered in the
+entry-point group ``rag_monitor.commands`` so that the command line (core) imports nothing
+from ``alerts``."""
 
 from __future__ import annotations
 
@@ -72,4 +73,31 @@ DEMO = Command(
     "the sidecar plus a synthetic RAG service with scripted incidents",
     _demo_arguments,
     _demo,
+)
+
+
+def _docs_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="folder of the generated pages: docs/pages/reference in this repository",
+    )
+
+
+def _docs_reference(args: argparse.Namespace, config: Any) -> int:
+    from alerts.reference import write_pages
+
+    for path in write_pages(args.out):
+        print(path)
+    return 0
+
+
+DOCS_REFERENCE = Command(
+    ("docs", "reference"),
+    "write the docs site's generated reference pages (configuration keys, metrics, command "
+    "line) from the built-in defaults and the installed components; --config is not read",
+    _docs_arguments,
+    _docs_reference,
 )

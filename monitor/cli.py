@@ -23,7 +23,9 @@ NOT_AVAILABLE = 2
 _Parsers = argparse._SubParsersAction  # the type add_subparsers returns
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line, registered commands included (the docs site's CLI reference
+    is generated from it)."""
     parser = argparse.ArgumentParser(
         prog="rag-monitor",
         description="Online production monitoring sidecar for RAG services.",
@@ -89,7 +91,7 @@ def _add_command(parsers: _Parsers[argparse.ArgumentParser], name: str, command:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.verb == "check-config":
         return _check_config(args.file, args.explain)
     from monitor.log import configure_logging

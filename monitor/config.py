@@ -1,4 +1,4 @@
-"""Configuration: the YAML file (README "Configuration"), validated by pydantic.
+"""Configuration: the YAML file (docs: the configuration reference), validated by pydantic.
 
 The core sections are declared here; ``detectors:`` is assembled from the
 registered detector components' own config models.
@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -146,7 +147,7 @@ class OtlpConfig(Section):
         67_108_864,
         gt=0,
         description="bytes of requests in flight at most, both receivers and all connections "
-        "together (64 MiB, sized to the example pod's memory limit: README, Deploy); "
+        "together (64 MiB, sized to the example pod's memory limit: docs, Deploy); "
         "past it a new body is refused before it is read: HTTP 503 + Retry-After, gRPC "
         "RESOURCE_EXHAUSTED; at least max_request_bytes",
     )
@@ -351,8 +352,20 @@ def _describe_errors(exc: ValidationError) -> Iterator[str]:
             yield f"{path}: {error['msg']}{got}"
 
 
-def explain(defaults: BaseModel | None = None, prefix: str = "") -> Iterator[str]:
-    """Yield ``key: default  # description`` for every key, for ``check-config --explain``.
+@dataclass(frozen=True)
+class ConfigKey:
+    """One key of the configuration: its dotted path, its default (None for a section,
+    which has keys of its own) and its one-line description."""
+
+    path: str
+    default: Any
+    description: str
+    section: bool
+
+
+def config_keys(defaults: BaseModel | None = None, prefix: str = "") -> Iterator[ConfigKey]:
+    """Every key, sections before their keys, in declaration order: what ``--explain``
+    prints and the docs site's configuration reference lists.
 
     Defaults are read from a default instance, not from the field declarations:
     a parent's ``default_factory`` (``Listener(port=4318)``) overrides the
@@ -362,11 +375,21 @@ def explain(defaults: BaseModel | None = None, prefix: str = "") -> Iterator[str
     for name, field in type(instance).model_fields.items():
         key = f"{prefix}{field.alias or name}"
         value = getattr(instance, name)
+        description = field.description or ""
         if isinstance(value, BaseModel):
-            yield f"{key}:  # {field.description}"
-            yield from explain(value, key + ".")
+            yield ConfigKey(key, None, description, section=True)
+            yield from config_keys(value, key + ".")
         else:
             if isinstance(value, dict) and any(isinstance(v, BaseModel) for v in value.values()):
                 # a map of sections (guardrails.latency_slo) reads as the YAML it came from
                 value = {k: v.model_dump(by_alias=True) for k, v in value.items()}
-            yield f"{key}: {value!r}  # {field.description}"
+            yield ConfigKey(key, value, description, section=False)
+
+
+def explain() -> Iterator[str]:
+    """Yield ``key: default  # description`` for every key, for ``check-config --explain``."""
+    for key in config_keys():
+        if key.section:
+            yield f"{key.path}:  # {key.description}"
+        else:
+            yield f"{key.path}: {key.default!r}  # {key.description}"

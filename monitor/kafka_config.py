@@ -115,7 +115,7 @@ class KafkaConfig(_KafkaSection):
     static_membership: bool = Field(
         True,
         description="join with group_instance_id (or POD_NAME); false: always dynamic "
-        "membership, for brokers whose static membership is broken (Tansu 0.6: README, Kafka)",
+        "membership, for brokers whose static membership is broken (Tansu 0.6: docs, Kafka)",
     )
     commit_interval_s: float = Field(
         1.0, gt=0, description="commit the processed offsets at least this often"
@@ -124,7 +124,7 @@ class KafkaConfig(_KafkaSection):
         500,
         gt=0,
         description="and as soon as this many records were processed: a crash replays about "
-        "this many (README, Kafka)",
+        "this many (docs, Kafka)",
     )
     ready_grace_s: float = Field(
         15.0,

@@ -1,7 +1,7 @@
 """The reviewer's page on a real ReviewStore: tokens, sessions and CSRF over real sockets,
 escaping of hostile production text, and five items reviewed with the keyboard alone in
 headless Chromium (Debian's chromium + chromium-driver, driven by selenium). The browser
-test writes the README's screenshots to docs/images/review-*.png."""
+test writes the docs site's screenshots to docs/pages/images/review-*.png."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from detectors.review.web import ReviewPage
 pytestmark = pytest.mark.integration
 
 TOKEN = "review-test-token-3f9c"  # noqa: S105 - a test secret
-IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+IMAGES = Path(__file__).resolve().parents[2] / "docs" / "pages" / "images"
 HOSTILE_QUERY = "<script>window.__pwned = 1</script>what is the refund window?"
 HOSTILE_ANSWER = '"><img src=x onerror="window.__pwned = 2">Thirty days.'
 HOSTILE_DOC = '"><b id="injected">doc</b>'

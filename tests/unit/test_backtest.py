@@ -276,9 +276,9 @@ def test_incident_outside_the_counted_days_is_refused(capsys: pytest.CaptureFixt
 )
 def test_config_applies_wherever_it_is_given(argv: list[str]) -> None:
     """``--config`` reaches the backtest before or after the word ``backtest``."""
-    from monitor.cli import _parser
+    from monitor.cli import build_parser
 
-    assert str(_parser().parse_args(argv).config) == "mine.yaml"
+    assert str(build_parser().parse_args(argv).config) == "mine.yaml"
 
 
 @pytest.mark.usefixtures("restored_logging")  # main() configures logging

@@ -1,4 +1,4 @@
-"""A toy detector, the worked example of docs/ARCHITECTURE.md "Adding a detector".
+"""A toy detector, the worked example of "Adding a detector" in docs/pages/architecture.md.
 
 It counts feedback events. Everything a detector brings is here: its config
 model, its metric, its rule, its panel and its registration; the entry point
