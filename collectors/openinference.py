@@ -1,9 +1,11 @@
-"""The spans of one trace -> ``RagTrace``, by the OpenInference (and OTel GenAI) conventions.
+"""The spans of one trace -> ``RagTrace``, by the OpenInference, OTel GenAI and OpenLLMetry
+conventions.
 
 Real instrumentations do not agree on where a field lives: LangChain keeps
 document ids only in the retriever's JSON output, Haystack's request input is
 the pipeline's JSON, OTel GenAI spans carry query and answer only as chat
-messages, LlamaIndex nests one LLM call in another. So every field has an
+messages, LlamaIndex nests one LLM call in another, OpenLLMetry wraps a chain's
+input and output in JSON of its own. So every field has an
 ordered list of places to look (``MappingConfig``, the ``mapping:`` section),
 and the first usable value wins. Attributes of an unexpected type are ignored
 rather than trusted: a producer's typo must not crash a detector.
@@ -12,16 +14,24 @@ rather than trusted: a producer's typo must not crash a detector.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
-from collectors.otlp import RERANKED_DOCUMENTS, Span
-from collectors.span_documents import documents, retrieved_documents, with_retrieved_fields
+from collectors.otlp import Span
+from collectors.span_documents import derived_id, holds_documents, with_retrieved_fields
+from collectors.span_kinds import STAGE_OF_KIND, span_kind
+from collectors.span_stages import (
+    QUERY_TEXT,
+    QUERY_VECTOR,
+    StageSpans,
+    covered_s,
+    judged_spans,
+    start_order,
+)
 from collectors.span_text import (
-    count,
     first_pointer,
     generated_text,
     io_value,
@@ -36,29 +46,24 @@ from collectors.span_text import (
     vector,
 )
 from collectors.span_tree import depths
-from collectors.span_usage import calls_counted_once, embedding_usage, llm_usage, provider
+from collectors.span_usage import calls_counted_once, llm_usage
 from monitor.config import MappingConfig
-from monitor.trace import MAX_RELEASE_ATTRIBUTE_LENGTH, Context, RagTrace, Source, Usage
+from monitor.trace import (
+    MAX_DOCUMENTS,
+    MAX_RELEASE_ATTRIBUTE_LENGTH,
+    Context,
+    RagTrace,
+    Source,
+    Usage,
+)
 
-_KIND = "openinference.span.kind"
-_QUERY_VECTOR = "embedding.embeddings.0.embedding.vector"
-_QUERY_TEXT = "embedding.embeddings.0.embedding.text"
+_RETRIEVAL_QUERY = "gen_ai.retrieval.query.text"
 _REQUEST_KINDS = ("CHAIN", "AGENT")
-_STAGE_OF_KIND = {
-    "RETRIEVER": "retrieve",
-    "RERANKER": "rerank",
-    "EMBEDDING": "embed",
-    "LLM": "generate",
-}
-_KIND_OF_GEN_AI_OPERATION = {
-    "chat": "LLM",
-    "text_completion": "LLM",
-    "generate_content": "LLM",
-    "embeddings": "EMBEDDING",
-    "invoke_agent": "AGENT",
-    "create_agent": "AGENT",
-    "execute_tool": "TOOL",
-}
+# What OpenLLMetry writes for each key of a LangChain call's ``metadata``.
+_ASSOCIATION_PROPERTY = "traceloop.association.properties."
+# Kept under these names for rag-monitor inspect, which reads spans as the mapping does.
+_STAGE_OF_KIND = STAGE_OF_KIND
+_span_kind = span_kind
 
 
 class TraceMapper:
@@ -75,51 +80,61 @@ class TraceMapper:
             "|".join(re.escape(orjson.dumps(key).decode()) for key in config.doc_id_keys) or "(?!)"
         ).search
         self._tenant_key = config.tenant_metadata_key
+        self._association_tenant = _ASSOCIATION_PROPERTY + config.tenant_metadata_key
         self._tenant_resource_attribute = config.tenant_resource_attribute
         self._first_token_events = frozenset(config.first_token_events)
+        self._document_attributes = tuple(config.document_attributes)
+
+    def span_kinds(self, spans: Sequence[Span]) -> dict[str, str]:
+        """Each span's kind as the mapping sees it (span id -> kind, "" for none): what its
+        convention names, and RETRIEVER for a span of no kind that holds documents under
+        ``mapping.document_attributes``."""
+        kinds = {span.span_id: span_kind(span) for span in spans}
+        if self._document_attributes:
+            for span in spans:
+                if not kinds[span.span_id] and any(
+                    holds_documents(span.attributes, name) for name in self._document_attributes
+                ):
+                    kinds[span.span_id] = "RETRIEVER"
+        return kinds
 
     def build(self, spans: Sequence[Span], source: Source) -> RagTrace | None:
         """The ``RagTrace`` of one assembled trace, or None when it is not a RAG request."""
-        kinds = {span.span_id: _span_kind(span) for span in spans}
+        kinds = self.span_kinds(spans)
         request = _request_span(spans, kinds)
-        found = _StageSpans.of(spans, kinds, request)
-        retrieved, reranked, generations = found.retrieved, found.reranked, found.generations
-        embedding_span, usage = found.embedding, found.usage
-        costs = []
-        for generation in calls_counted_once(generations, spans):
-            counted = llm_usage(generation.attributes)
-            # A wrapper span with no counts of its own reports nothing to price.
-            if counted.prompt_tokens or counted.completion_tokens:
-                usage.append(counted)
-            cost = number(generation.attributes.get("llm.cost.total"))
-            if cost is not None:
-                costs.append(cost)
+        judged = judged_spans(spans, kinds)
+        found = StageSpans.of(spans, kinds, request, judged, self._document_attributes)
+        generations, embedding_span = found.generations, found.embedding
+        usage, cost = _usage_and_cost(found, spans)
         attrs = _merged_attributes(request, spans)
         query = self._query(request, embedding_span, found.retrievers, generations)
-        if not self._is_rag_request(kinds.values(), query):
+        if not self._is_rag_request(kinds, judged, query):
             return None
 
         stages = {"total": request.duration_s}
         for stage, spans_of_stage in found.intervals.items():
-            stages[stage] = _covered_s(spans_of_stage, request.start_ns, request.end_ns)
+            stages[stage] = covered_s(spans_of_stage, request.start_ns, request.end_ns)
         ttft = next(
             (
                 seconds
                 for span in spans
-                if (seconds := self._time_to_first_token(span, kinds[span.span_id])) is not None
+                if (seconds := self._time_to_first_token(span, kinds[span.span_id], judged))
+                is not None
             ),
             None,
         )
         if ttft is not None:
             stages["ttft"] = ttft
+        retrieved, reranked = found.retrieved(), found.reranked
         # Contexts only of the documents the generator got: parsing the metadata of
         # every retrieved document too costs time per trace (tests/perf/bench_ingest.py).
         contexts = tuple(
-            map(
-                self._context,
-                retrieved if reranked is None else with_retrieved_fields(reranked, retrieved),
+            context
+            for doc in (
+                retrieved if reranked is None else with_retrieved_fields(reranked, retrieved)
             )
-        )
+            if (context := self._context(doc)) is not None
+        )[:MAX_DOCUMENTS]
         metadata = json_object(attrs.get("metadata"))
         return RagTrace(
             trace_id=request.trace_id,
@@ -128,6 +143,7 @@ class TraceMapper:
             root_span_id=request.span_id,
             tenant=text(attrs.get("rag.tenant"))
             or text(metadata.get(self._tenant_key))
+            or text(attrs.get(self._association_tenant))
             or text(request.resource.get(self._tenant_resource_attribute)),
             user_id=text(attrs.get("user.id")),
             session_id=text(attrs.get("session.id")),
@@ -137,14 +153,16 @@ class TraceMapper:
             contexts=contexts,
             retrieved=tuple(context.doc_id for context in contexts)
             if reranked is None
-            else tuple(map(self._doc_id, retrieved)),
+            else tuple(doc_id for doc in retrieved if (doc_id := self._doc_id(doc)))[
+                :MAX_DOCUMENTS
+            ],
             relevance_excluded=text_list(attrs.get("rag.filter.relevance_excluded")),
             entitlement_excluded=text_list(attrs.get("rag.filter.entitlement_excluded")),
             filter_predicate=text(attrs.get("rag.filter.predicate")),
             stages=stages,
-            usage=tuple(usage),
-            cost_usd=sum(costs) if costs else None,
-            query_embedding=vector(embedding_span.attributes.get(_QUERY_VECTOR))
+            usage=usage,
+            cost_usd=cost,
+            query_embedding=vector(embedding_span.attributes.get(QUERY_VECTOR))
             if embedding_span is not None
             else None,
             probe_id=text(attrs.get("rag.probe_id")),
@@ -158,8 +176,15 @@ class TraceMapper:
             instrumentation=_label_value(_instrumentation(request, spans)),
         )
 
-    def _is_rag_request(self, kinds: Iterable[str], query: str | None) -> bool:
-        present = self._request_kinds.intersection(kinds)
+    def _is_rag_request(
+        self, kinds: Mapping[str, str], judged: Collection[str], query: str | None
+    ) -> bool:
+        """An LLM call (a judge's is not one), or a span of another request kind and a query."""
+        present = self._request_kinds.intersection(
+            kinds.values()
+            if not judged
+            else (kind for span_id, kind in kinds.items() if span_id not in judged)
+        )
         return "LLM" in present or (bool(present) and query is not None)
 
     def _query(
@@ -170,15 +195,17 @@ class TraceMapper:
         generations: Sequence[Span],
     ) -> str | None:
         """Plain request input, else a JSON pointer into it, the query embedding's text,
-        the retriever's input, or the last user message of the first generation."""
+        the retriever's query (GenAI ``gen_ai.retrieval.query.text``, else its input), or
+        the last user message of the first generation."""
         found = self._io_text(request, "input", self._query_pointers)
         if found is not None:  # the common case, without building the fallbacks
             return found
 
         def candidates() -> Iterator[str | None]:
             if embedding_span is not None:
-                yield usable_text(embedding_span.attributes.get(_QUERY_TEXT))
+                yield usable_text(embedding_span.attributes.get(QUERY_TEXT))
             for retriever in retrievers:
+                yield usable_text(retriever.attributes.get(_RETRIEVAL_QUERY))
                 yield self._io_text(retriever, "input", self._query_pointers)
             for generation in generations:
                 yield last_user_message(generation.attributes)
@@ -200,26 +227,48 @@ class TraceMapper:
         plain, document = io_value(span.attributes, which)
         return plain or first_pointer(document, pointers)
 
-    def _context(self, doc: Mapping[str, Any]) -> Context:
+    def _context(self, doc: Mapping[str, Any]) -> Context | None:
+        """The document as a context: its source id from the metadata (``doc_id_keys``) with
+        its own id as the chunk, else its own id, else an id derived from its text; None for
+        a document with neither id nor text, which is no evidence."""
         raw = doc.get("metadata")
         metadata = json_object(raw)
-        span_id = str(doc["id"])
+        content = text(doc.get("content"))
+        own_id = doc.get("id")
         source_id = self._source_id(metadata) if self._may_name_source(raw) else None
+        chunk_id, derived = None, False
+        if usable_id(own_id):
+            doc_id = str(own_id)
+            if source_id is not None:
+                doc_id, chunk_id = source_id, doc_id
+        elif source_id is not None:
+            doc_id = source_id
+        elif content is not None:
+            doc_id, derived = derived_id(content), True
+        else:
+            return None
         return Context(
-            doc_id=source_id or span_id,
-            chunk_id=span_id if source_id is not None else text(metadata.get("chunk_id")),
-            text=text(doc.get("content")),
+            doc_id=doc_id,
+            chunk_id=chunk_id or text(metadata.get("chunk_id")),
+            text=content,
             score=number(doc.get("score")),
             tenant=text(metadata.get("tenant")),
             metadata=metadata,
+            id_derived=derived,
         )
 
-    def _doc_id(self, doc: Mapping[str, Any]) -> str:
+    def _doc_id(self, doc: Mapping[str, Any]) -> str | None:
         """The source document id of a retrieved document, without building its context."""
         raw = doc.get("metadata")
-        if not self._may_name_source(raw):
-            return str(doc["id"])
-        return self._source_id(json_object(raw)) or str(doc["id"])
+        if self._may_name_source(raw):
+            source_id = self._source_id(json_object(raw))
+            if source_id is not None:
+                return source_id
+        own_id = doc.get("id")
+        if usable_id(own_id):
+            return str(own_id)
+        content = text(doc.get("content"))
+        return derived_id(content) if content is not None else None
 
     def _may_name_source(self, raw: Any) -> bool:
         """False for metadata JSON text that names none of ``doc_id_keys`` (most metadata):
@@ -234,7 +283,9 @@ class TraceMapper:
                 return str(value)
         return None
 
-    def _time_to_first_token(self, span: Span, kind: str) -> float | None:
+    def _time_to_first_token(self, span: Span, kind: str, judged: Collection[str]) -> float | None:
+        if span.span_id in judged:  # a judge's stream is not the answer's
+            return None
         for event in span.events:
             if event.name in self._first_token_events and event.time_ns >= span.start_ns:
                 return (event.time_ns - span.start_ns) / 1e9
@@ -243,67 +294,25 @@ class TraceMapper:
         return None
 
 
-class _StageSpans:
-    """What the spans of the stages (everything but the request span) carry."""
-
-    __slots__ = (
-        "embedding",
-        "generations",
-        "intervals",
-        "reranked",
-        "retrieved",
-        "retrievers",
-        "usage",
-    )
-
-    def __init__(self) -> None:
-        self.intervals: dict[str, list[tuple[int, int]]] = {}
-        self.retrieved: list[dict[str, Any]] = []
-        self.reranked: list[dict[str, Any]] | None = None
-        self.retrievers: list[Span] = []
-        self.generations: list[Span] = []
-        self.embedding: Span | None = None
-        self.usage: list[Usage] = []  # embedding and rerank usage
-
-    @classmethod
-    def of(cls, spans: Sequence[Span], kinds: Mapping[str, str], request: Span) -> _StageSpans:
-        found = cls()
-        for span in spans:
-            kind = kinds[span.span_id]
-            stage = _STAGE_OF_KIND.get(kind)
-            if stage is None:
-                continue
-            if span is not request:
-                found.intervals.setdefault(stage, []).append((span.start_ns, span.end_ns))
-            attributes = span.attributes
-            if kind == "RETRIEVER":
-                found.retrievers.append(span)
-                found.retrieved.extend(retrieved_documents(attributes))
-            elif kind == "RERANKER":
-                found.reranked = [
-                    doc
-                    for doc in documents(attributes, RERANKED_DOCUMENTS)
-                    if usable_id(doc.get("id"))
-                ]
-                rerank_model = text(attributes.get("reranker.model_name"))
-                if rerank_model:
-                    # Rerank APIs bill search units; one call is one unit unless the span says.
-                    units = count(attributes.get("rag.rerank.units")) or 1
-                    found.usage.append(
-                        Usage(rerank_model, provider(attributes), rerank_units=units)
-                    )
-            elif kind == "EMBEDDING":
-                if found.embedding is None and (
-                    _QUERY_VECTOR in attributes or _QUERY_TEXT in attributes
-                ):
-                    found.embedding = span
-                embedded = embedding_usage(attributes)
-                if embedded is not None:
-                    found.usage.append(embedded)
-            else:
-                found.generations.append(span)
-        found.generations.sort(key=lambda s: (s.start_ns, s.end_ns))
-        return found
+def _usage_and_cost(
+    found: StageSpans, spans: Sequence[Span]
+) -> tuple[tuple[Usage, ...], float | None]:
+    """Every model's usage and the priced cost the spans report. A judge's calls are no
+    generation of the answer, but the request paid for them: they count here."""
+    usage = found.usage  # embedding and rerank usage
+    costs = []
+    calls = found.generations
+    if found.judges:
+        calls = sorted([*calls, *found.judges], key=start_order)
+    for call in calls_counted_once(calls, spans):
+        counted = llm_usage(call.attributes)
+        # A wrapper span with no counts of its own reports nothing to price.
+        if counted.prompt_tokens or counted.completion_tokens:
+            usage.append(counted)
+        cost = number(call.attributes.get("llm.cost.total"))
+        if cost is not None:
+            costs.append(cost)
+    return tuple(usage), sum(costs) if costs else None
 
 
 def _label_value(value: Any) -> str | None:
@@ -322,23 +331,12 @@ def _instrumentation(request: Span, spans: Sequence[Span]) -> str | None:
 def _embedding_model(span: Span | None) -> str | None:
     """The model of the query vector's span: OpenInference's ``embedding.model_name``, else
     the GenAI conventions' ``gen_ai.request.model`` on an embeddings span."""
-    if span is None or _QUERY_VECTOR not in span.attributes:
+    if span is None or QUERY_VECTOR not in span.attributes:
         return None
     attributes = span.attributes
     return _label_value(attributes.get("embedding.model_name")) or _label_value(
         attributes.get("gen_ai.request.model")
     )
-
-
-def _span_kind(span: Span) -> str:
-    kind = span.attributes.get(_KIND)
-    if isinstance(kind, str):
-        return kind.upper()
-    # OTel GenAI instrumentations set no OpenInference kind.
-    operation = span.attributes.get("gen_ai.operation.name")
-    if isinstance(operation, str):
-        return _KIND_OF_GEN_AI_OPERATION.get(operation, "")
-    return "LLM" if "gen_ai.request.model" in span.attributes else ""
 
 
 def _request_span(spans: Sequence[Span], kinds: Mapping[str, str]) -> Span:
@@ -348,23 +346,6 @@ def _request_span(spans: Sequence[Span], kinds: Mapping[str, str]) -> Span:
         return candidates[0]
     depth = depths(spans)
     return min(candidates, key=lambda span: (depth[span.span_id], span.start_ns))
-
-
-def _covered_s(intervals: list[tuple[int, int]], lower_ns: int, upper_ns: int) -> float:
-    """Seconds of [lower, upper] covered by the union of ``intervals``: nested spans of one
-    stage count once, sequential ones add up, and a stage never exceeds the request."""
-    if len(intervals) == 1:  # the common case
-        start, stop = intervals[0]
-        return max(min(stop, upper_ns) - max(start, lower_ns), 0) / 1e9
-    intervals.sort()
-    covered = 0
-    end = lower_ns
-    for span_start, span_stop in intervals:
-        start, stop = max(span_start, end), min(span_stop, upper_ns)
-        if stop > start:
-            covered += stop - start
-            end = stop
-    return covered / 1e9
 
 
 def _merged_attributes(request: Span, spans: Sequence[Span]) -> dict[str, Any]:

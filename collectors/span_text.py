@@ -23,10 +23,12 @@ _NOT_TEXT_PREFIXES = ("<generator object", "<async_generator object", "<coroutin
 
 
 def io_value(attributes: Mapping[str, Any], which: str) -> tuple[str | None, Any]:
-    """``input``/``output``: (the value when it is plain text, else None; its parsed JSON)."""
+    """``input``/``output``: (the value when it is plain text, else None; its parsed JSON).
+
+    OpenInference's ``input.value``, else OpenLLMetry's ``traceloop.entity.input``."""
     value = attributes.get(f"{which}.value")
     if not isinstance(value, str) or not value:
-        return None, None
+        return _traceloop_entity(attributes, which)
     mime = attributes.get(f"{which}.mime_type")
     if mime == "text/plain":
         return usable_text(value), None
@@ -36,6 +38,20 @@ def io_value(attributes: Mapping[str, Any], which: str) -> tuple[str | None, Any
         return None, orjson.loads(value)
     except orjson.JSONDecodeError:
         return (usable_text(value) if mime is None else None), None
+
+
+def _traceloop_entity(attributes: Mapping[str, Any], which: str) -> tuple[str | None, Any]:
+    """OpenLLMetry's JSON ``traceloop.entity.input``/``output``: a chain's value is wrapped
+    as ``{"inputs": ..., "tags": ...}`` / ``{"outputs": ..., "kwargs": ...}``, unwrapped here so
+    that a string is plain text and an object meets the JSON pointers as the chain got it;
+    other entities (a retriever's ``{"query": ..., "documents": ...}``) stay whole."""
+    document = json_object(attributes.get(f"traceloop.entity.{which}"))
+    if not document:
+        return None, None
+    wrapped = document.get(f"{which}s", document)
+    if isinstance(wrapped, str):
+        return usable_text(wrapped), None
+    return None, wrapped
 
 
 def usable_text(value: Any) -> str | None:
@@ -69,24 +85,33 @@ def first_pointer(document: Any, pointers: Sequence[tuple[str, ...]]) -> str | N
 
 
 def last_user_message(attributes: Mapping[str, Any]) -> str | None:
-    """The last ``user`` message an LLM span was given (OpenInference or GenAI)."""
-    found = None
-    index = 0
-    while (role := attributes.get(f"llm.input_messages.{index}.message.role")) is not None:
-        if role == "user":
-            found = usable_text(attributes.get(f"llm.input_messages.{index}.message.content"))
-        index += 1
+    """The last ``user`` message an LLM span was given (OpenInference, GenAI, or OpenLLMetry's
+    indexed prompts)."""
+    found = _last_indexed_user(attributes, "llm.input_messages.{}.message.")
     if found is not None:
         return found
     for message in reversed(json_list(attributes.get("gen_ai.input.messages"))):
         if isinstance(message, dict) and message.get("role") == "user":
             return message_text(message)
-    return None
+    # OpenLLMetry before its GenAI messages (opentelemetry-instrumentation-* up to 0.54).
+    return _last_indexed_user(attributes, "gen_ai.prompt.{}.")
+
+
+def _last_indexed_user(attributes: Mapping[str, Any], prefix: str) -> str | None:
+    """The content of the last ``user`` message of an indexed family (``prefix`` with ``{}``
+    for the index, followed by ``role`` and ``content``)."""
+    found = None
+    index = 0
+    while (role := attributes.get(prefix.format(index) + "role")) is not None:
+        if role == "user":
+            found = usable_text(attributes.get(prefix.format(index) + "content"))
+        index += 1
+    return found
 
 
 def generated_text(attributes: Mapping[str, Any]) -> str | None:
-    """The text an LLM span produced: output messages (OpenInference, GenAI), else a
-    plain-text ``output.value``."""
+    """The text an LLM span produced: output messages (OpenInference, GenAI, OpenLLMetry's
+    indexed completions), else a plain-text ``output.value``."""
     found = usable_text(attributes.get("llm.output_messages.0.message.content"))
     if found is not None:
         return found
@@ -95,6 +120,9 @@ def generated_text(attributes: Mapping[str, Any]) -> str | None:
             found = message_text(message)
             if found is not None:
                 return found
+    found = usable_text(attributes.get("gen_ai.completion.0.content"))  # OpenLLMetry <= 0.54
+    if found is not None:
+        return found
     plain, _ = io_value(attributes, "output")
     return plain
 

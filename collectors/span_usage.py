@@ -42,13 +42,24 @@ def llm_usage(attributes: Mapping[str, Any]) -> Usage:
     model = text(attributes.get("llm.model_name")) or text(
         attributes.get("gen_ai.response.model")
     ) or text(attributes.get("gen_ai.request.model"))  # fmt: skip
-    prompt = count(attributes.get("llm.token_count.prompt"))
-    completion = count(attributes.get("llm.token_count.completion"))
+    # OpenInference, the GenAI conventions, then their names before the rename to
+    # input/output (OpenLLMetry on semantic-conventions-ai 0.4). A total without the split
+    # (``llm.usage.total_tokens`` alone) cannot be priced: input and output differ in price.
+    prompt = (
+        count(attributes.get("llm.token_count.prompt"))
+        or count(attributes.get("gen_ai.usage.input_tokens"))
+        or count(attributes.get("gen_ai.usage.prompt_tokens"))
+    )
+    completion = (
+        count(attributes.get("llm.token_count.completion"))
+        or count(attributes.get("gen_ai.usage.output_tokens"))
+        or count(attributes.get("gen_ai.usage.completion_tokens"))
+    )
     return Usage(
         model=model or "unknown",
         provider=provider(attributes),
-        prompt_tokens=prompt or count(attributes.get("gen_ai.usage.input_tokens")),
-        completion_tokens=completion or count(attributes.get("gen_ai.usage.output_tokens")),
+        prompt_tokens=prompt,
+        completion_tokens=completion,
     )
 
 
@@ -58,10 +69,14 @@ def embedding_usage(attributes: Mapping[str, Any]) -> Usage | None:
         or text(attributes.get("gen_ai.response.model"))
         or text(attributes.get("gen_ai.request.model"))
     )
+    # An embedding's input is its whole use, so a total counts too (OpenLLMetry's
+    # ``llm.usage.total_tokens``).
     tokens = (
         count(attributes.get("llm.token_count.prompt"))
         or count(attributes.get("llm.token_count.total"))
         or count(attributes.get("gen_ai.usage.input_tokens"))
+        or count(attributes.get("gen_ai.usage.prompt_tokens"))
+        or count(attributes.get("llm.usage.total_tokens"))
     )
     if model is None or not tokens:
         return None

@@ -223,6 +223,11 @@ class MappingConfig(Section):
         default_factory=lambda: ["first_token", "First Token Stream Event"],
         description="span event names that mark the first streamed token",
     )
+    document_attributes: list[str] = Field(
+        default_factory=list,
+        description="span attributes holding a request's documents: a JSON list of objects "
+        "(id, content/text, score, metadata) or an indexed family NAME.N.<field>",
+    )
 
     @field_validator("query_pointers", "answer_pointers")
     @classmethod
