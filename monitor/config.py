@@ -225,8 +225,7 @@ class MappingConfig(Section):
     )
     document_attributes: list[str] = Field(
         default_factory=list,
-        description="span attributes holding a request's documents: a JSON list of objects "
-        "(id, content/text, score, metadata) or an indexed family NAME.N.<field>",
+        description="span attributes holding a request's documents (JSON objects, NAME.N.*)",
     )
 
     @field_validator("query_pointers", "answer_pointers")
