@@ -1,4 +1,4 @@
-"""``rag-monitor rules``, ``dashboard``, ``demo`` and ``docs reference``, registered in the
+"""``rag-monitor rules``, ``dashboard`` and ``docs reference``, registered in the
 entry-point group ``rag_monitor.commands`` so that the command line (core) imports nothing
 from ``alerts``."""
 
@@ -55,25 +55,6 @@ RULES = Command(
     ("rules",), "print the Prometheus recording and alerting rules", _rules_arguments, _rules
 )
 DASHBOARD = Command(("dashboard",), "print the Grafana dashboard", _no_arguments, _dashboard)
-
-
-def _demo_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=float, default=None, help="seconds to run")
-
-
-def _demo(args: argparse.Namespace, config: Any) -> int:
-    from alerts.rules import build_rules
-    from monitor.demo import run_demo
-
-    return run_demo(config, args.duration, build_rules)
-
-
-DEMO = Command(
-    ("demo",),
-    "the sidecar plus a synthetic RAG service with scripted incidents",
-    _demo_arguments,
-    _demo,
-)
 
 
 def _docs_arguments(parser: argparse.ArgumentParser) -> None:

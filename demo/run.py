@@ -13,15 +13,14 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry
 
-from monitor.config import Config
-from monitor.demo_service import (
+from demo.service import (
     ALL_DOCUMENT_TYPES,
     DEFAULT_CYCLE_S,
     INTENTS,
@@ -34,6 +33,7 @@ from monitor.demo_service import (
     SyntheticRagService,
     probe_and_gold,
 )
+from monitor.config import Config
 from monitor.promql import REQUESTS_TOTAL
 
 log = structlog.get_logger("rag_monitor.demo")
@@ -118,7 +118,7 @@ class Summarizer:
     sidecar's registry over the interval since the last snapshot."""
 
     def __init__(self, registry: CollectorRegistry, rules: dict[str, Any]) -> None:
-        from monitor.rule_evaluation import RuleEvaluator
+        from demo.rule_evaluation import RuleEvaluator
 
         self._registry = registry
         self._rules = RuleEvaluator(rules, registry)
@@ -155,14 +155,13 @@ def _table(snapshot: Snapshot, incident: Incident | None, version: str) -> Any:
     return table
 
 
-def run_demo(
-    config: Config, duration_s: float | None, build_rules: Callable[[Config], dict[str, Any]]
-) -> int:
+def run_demo(config: Config, duration_s: float | None) -> int:
     """Run the sidecar and the synthetic service until ``duration_s`` or a signal.
 
-    ``build_rules`` is ``rag-monitor rules``' generator (``alerts.rules.build_rules``):
-    the live view evaluates exactly the generated conditions, never its own copy.
+    The live view evaluates exactly the conditions ``rag-monitor rules`` generates
+    (``alerts.rules.build_rules``), never its own copy.
     """
+    from alerts.rules import build_rules
     from monitor.sidecar import Sidecar
 
     config = with_demo_settings(config)

@@ -31,6 +31,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
+from demo.run import warn_missing_models
 from detectors.faithfulness.detector import FaithfulnessDetector
 from detectors.faithfulness.hhem import (
     DEFAULT_FOUNDATION,
@@ -40,7 +41,6 @@ from detectors.faithfulness.hhem import (
     read_checkpoint,
 )
 from monitor.config import load_config
-from monitor.demo import warn_missing_models
 from tests.conftest import REPO, free_port, make_config, sample, wait_until
 from tests.hhem_checkpoint import build_checkpoint, reference_scores
 from tests.tiny_bert import save_tiny_bert

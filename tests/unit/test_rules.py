@@ -326,12 +326,12 @@ def test_alertmanager_example_routes_page_and_ticket() -> None:
 
 
 def test_demo_evaluator_reads_the_generated_conditions() -> None:
-    """monitor.rule_evaluation computes recorded series, Wilson bounds and alert states from
+    """demo.rule_evaluation computes recorded series, Wilson bounds and alert states from
     the rule document, for production series only."""
     from prometheus_client import CollectorRegistry, Counter, Histogram
 
+    from demo.rule_evaluation import NO_EVIDENCE, NOT_HERE, RuleEvaluator
     from monitor.evidence import wilson, window_z
-    from monitor.rule_evaluation import NO_EVIDENCE, NOT_HERE, RuleEvaluator
 
     registry = CollectorRegistry()
     latency = Histogram(

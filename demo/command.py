@@ -1,0 +1,27 @@
+"""``rag-monitor demo``, registered in the entry-point group ``rag_monitor.commands`` so
+that the command line (core) imports nothing from the demo."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from monitor.components import Command
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--duration", type=float, default=None, help="seconds to run")
+
+
+def _run(args: argparse.Namespace, config: Any) -> int:
+    from demo.run import run_demo
+
+    return run_demo(config, args.duration)
+
+
+DEMO = Command(
+    ("demo",),
+    "the sidecar plus a synthetic RAG service with scripted incidents",
+    _arguments,
+    _run,
+)
