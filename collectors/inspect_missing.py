@@ -10,19 +10,20 @@ when mapping the trace again with it fills the field.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from collectors.openinference import _STAGE_OF_KIND, TraceMapper
+from collectors.openinference import TraceMapper
 from collectors.otlp import Span
+from collectors.span_kinds import STAGE_OF_KIND
 from monitor.config import MappingConfig
 from monitor.coverage import PRESENT, stage_field
 from monitor.trace import RagTrace
 
-KIND_OF_STAGE = {stage: kind for kind, stage in _STAGE_OF_KIND.items()}
+KIND_OF_STAGE = {stage: kind for kind, stage in STAGE_OF_KIND.items()}
 # Keys whose value reads as a document's text, in a list of objects or an indexed family.
 _TEXT_KEYS = frozenset({"content", "text", "page_content", "document", "chunk", "passage"})
 # Attribute families that hold chat messages, never documents.
@@ -36,7 +37,7 @@ _ANSWER_KEYS = frozenset({
     "completion", "generation", "message", "output_text", "final_answer",
 })  # fmt: skip
 _TENANT_WORDS = ("tenant", "org", "customer", "account", "workspace", "company", "client")
-_SOURCE_ID_NAMES = frozenset({"source", "doc", "document", "ref", "parent", "file", "url", "path"})
+_SOURCE_ID_WORDS = ("source", "doc", "ref", "parent", "file", "url", "path")
 _INDEXED = re.compile(r"^(.+?)\.(\d+)\.(.+)$")
 
 
@@ -74,14 +75,29 @@ def not_a_request(spans: Sequence[Span], kinds: Mapping[str, str], mapping: Mapp
 
 @dataclass(frozen=True, slots=True)
 class Mapped:
-    """One trace as the mapping saw it: its spans, their kinds, the request span and
-    the ``RagTrace`` it became, under the ``mapping:`` settings used."""
+    """One trace as the mapping saw it: its spans, their kinds, those that judge the
+    request instead of serving it, the request span and the ``RagTrace`` it became, under
+    the ``mapping:`` settings used."""
 
     trace: RagTrace
     spans: Sequence[Span]
     kinds: Mapping[str, str]
+    judged: Collection[str]
     request: Span
     mapping: MappingConfig
+
+    def of_kind(self, kind: str) -> list[Span]:
+        """The spans of ``kind`` that serve the request, below the request span, by start."""
+        return sorted(
+            (
+                span
+                for span in self.spans
+                if self.kinds[span.span_id] == kind
+                and span.span_id not in self.judged
+                and span is not self.request
+            ),
+            key=lambda span: span.start_ns,
+        )
 
 
 class MissingReasons:
@@ -89,13 +105,10 @@ class MissingReasons:
 
     def __init__(self, mapped: Mapped) -> None:
         self._trace = mapped.trace
-        self._spans = mapped.spans
-        self._kinds = mapped.kinds
         self._request = mapped.request
         self._mapping = mapped.mapping
-
-    def _of_kind(self, kind: str) -> list[Span]:
-        return [span for span in self._spans if self._kinds[span.span_id] == kind]
+        self._of_kind = mapped.of_kind
+        self._request_kind = mapped.kinds[mapped.request.span_id]
 
     def missing(self, name: str) -> str:
         if name.startswith("stage_"):
@@ -186,7 +199,7 @@ class MissingReasons:
                 "no llm.time_to_first_token on an LLM span"
             )
         kind = KIND_OF_STAGE[stage]
-        if self._of_kind(kind):
+        if self._request_kind == kind:
             return f"the only {kind} span is the request span itself"
         return f"no {kind} span"
 
@@ -320,7 +333,7 @@ def _names_source_id(key: str) -> bool:
     lowered = key.lower()
     if lowered in ("chunk_id", "tenant", "id"):
         return False
-    return lowered.endswith("id") or lowered in _SOURCE_ID_NAMES
+    return lowered.endswith("id") or any(word in lowered for word in _SOURCE_ID_WORDS)
 
 
 def _names_first_token(event: str) -> bool:

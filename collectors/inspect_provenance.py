@@ -26,8 +26,9 @@ from collectors.inspect_missing import (
     parsed_json,
     suggestions,
 )
-from collectors.openinference import TraceMapper, _span_kind
+from collectors.openinference import TraceMapper
 from collectors.otlp import Span
+from collectors.span_stages import judged_spans
 from monitor.config import MappingConfig
 from monitor.coverage import PRESENT, REQUEST
 from monitor.trace import Context, RagTrace, Usage
@@ -63,8 +64,9 @@ def span_json(span: Span) -> dict[str, str]:
 def inspect_trace(spans: Sequence[Span], mapping: MappingConfig) -> dict[str, Any]:
     """The report of one trace: its spans, the fields it maps to with their origins, the
     fields missing with the reason, and the ``mapping:`` content that would fill some."""
-    kinds = {span.span_id: _span_kind(span) for span in spans}
-    trace = TraceMapper(mapping).build(spans, "otlp")
+    mapper = TraceMapper(mapping)
+    kinds = mapper.span_kinds(spans)
+    trace = mapper.build(spans, "otlp")
     report: dict[str, Any] = {
         "trace_id": spans[0].trace_id,
         "rag_request": trace is not None,
@@ -78,7 +80,7 @@ def inspect_trace(spans: Sequence[Span], mapping: MappingConfig) -> dict[str, An
         report["mapping"] = {}
         return report
     request = next(span for span in spans if span.span_id == trace.root_span_id)
-    mapped = Mapped(trace, spans, kinds, request, mapping)
+    mapped = Mapped(trace, spans, kinds, judged_spans(spans, kinds), request, mapping)
     why = MissingReasons(mapped)
     missing = {name: why.missing(name) for name, present in PRESENT.items() if not present(trace)}
     suggested, fills = suggestions(mapped, missing)
@@ -224,7 +226,7 @@ class _Provenance:
     def __init__(self, mapped: Mapped) -> None:
         self._spans = mapped.spans
         self._request = mapped.request
-        self._kinds = mapped.kinds
+        self._of_kind = mapped.of_kind
         self._mapping = mapped.mapping
         self._values = _Values(mapped.spans, mapped.request)
 
@@ -338,14 +340,9 @@ class _Provenance:
                 out[stage] = self._ttft(seconds)
             else:
                 kind = KIND_OF_STAGE[stage]
-                spans = [
-                    Origin(span, "times")
-                    for span in sorted(self._spans, key=_start)
-                    if self._kinds[span.span_id] == kind and span is not self._request
-                ]
                 out[stage] = _entry(
                     seconds,
-                    spans,
+                    [Origin(span, "times") for span in self._of_kind(kind)],
                     f"the wall-clock union of the {kind} spans' times within the request span",
                 )
         return out

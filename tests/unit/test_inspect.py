@@ -283,6 +283,71 @@ def test_system_prompts_and_chat_messages_are_never_suggested() -> None:
     assert report["mapping"] == {}
 
 
+DOCUMENT_SUGGESTIONS = [
+    pytest.param(
+        {"acme.retrieval.hits": json.dumps([
+            {"id": "k1", "text": "Returns: thirty days."}, {"id": "k2", "text": "Free shipping."},
+        ])},
+        "contexts", {"document_attributes": ["acme.retrieval.hits"]},
+        ("search", "acme.retrieval.hits", "/1/text"),
+        id="json-list-under-an-unknown-attribute",
+    ),
+    pytest.param(
+        {"acme.hits.0.id": "k1", "acme.hits.0.text": "Returns: thirty days.",
+         "acme.hits.1.id": "k2", "acme.hits.1.text": "Free shipping."},
+        "contexts", {"document_attributes": ["acme.hits"]},
+        ("search", "acme.hits.1.text", ""),
+        id="indexed-family",
+    ),
+    pytest.param(
+        {"openinference.span.kind": "RETRIEVER",
+         "retrieval.documents.0.document.content": "Returns: thirty days.",
+         "retrieval.documents.0.document.metadata": json.dumps({"source_doc": "policy-7"}),
+         "retrieval.documents.1.document.content": "Free shipping.",
+         "retrieval.documents.1.document.metadata": json.dumps({"source_doc": "policy-9"})},
+        "retrieved_ids", {"doc_id_keys": [*MappingConfig().doc_id_keys, "source_doc"]},
+        ("search", "retrieval.documents.1.document.content", ""),
+        id="source-id-under-a-metadata-key",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("attributes", "field", "snippet", "text_origin"), DOCUMENT_SUGGESTIONS)
+def test_documents_the_mapping_cannot_read_get_the_setting_that_reads_them(
+    attributes: dict[str, Any],
+    field: str,
+    snippet: dict[str, Any],
+    text_origin: tuple[str, str, str],
+) -> None:
+    """Documents under an unknown attribute (JSON list or indexed family) or with their
+    source id under an unknown metadata key: the setting, and with it the field is filled."""
+    spans = [
+        span("root", None, None, 1000, 2000, **{"input.value": QUERY, "output.value": ANSWER}),
+        span("search", "root", None, 1010, 1090, **attributes),
+        span("chat", "root", None, 1100, 1900, **{"gen_ai.operation.name": "chat"}),
+    ]
+    report = report_of(spans)
+    assert field in report["missing"]
+    assert report["mapping"] == snippet
+    assert field in report["mapping_fills"][next(iter(snippet))]
+    fixed = report_of(spans, **snippet)
+    assert field not in fixed["missing"]
+    assert origin(fixed["fields"]["contexts"][1]["text"]) == text_origin
+
+
+def test_a_document_without_an_id_shows_its_id_as_derived() -> None:
+    """A document without an id is a context whose id is derived from its text."""
+    spans = openinference_spans()
+    spans[1] = span("retrieve", "root", "RETRIEVER", 1010, 1090, **{
+        "retrieval.documents.0.document.content": "Returns: thirty days.",
+    })  # fmt: skip
+    context = report_of(spans)["fields"]["contexts"][0]
+    assert context["id_derived"] is True
+    assert context["doc_id"]["value"].startswith("sha256:")
+    assert context["doc_id"]["derived"] == "made from the document's text: it came without an id"
+    assert "from" not in context["doc_id"]
+
+
 # --- reading OTLP files -----------------------------------------------------------------------
 
 
