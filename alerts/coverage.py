@@ -5,7 +5,7 @@ requests lack makes that detector count them as missing instead of judging them:
 guardrail goes quiet on exactly the traffic an unknown instrumentation sends. So each
 such field has a ticket, ``RagTraceFieldMissing``, per field and instrumentation, on the
 lower Wilson bound of the missing share over ``guardrails.coverage_window`` (its z from
-the ticket budget, ``monitor.evidence``) and on at least ``guardrails.min_events``
+the ticket budget, ``monitor.rulekit.evidence``) and on at least ``guardrails.min_events``
 requests: a handful of odd traces do not fire it, an instrumentation that never fills the
 field does within the window.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from monitor.components import DetectorComponent, Panel, Row, RuleFragment
+from monitor.components import DetectorComponent
 from monitor.config import Config, GuardrailsConfig
 from monitor.coverage import (
     DERIVED_DOCUMENT_IDS_TOTAL,
@@ -25,9 +25,10 @@ from monitor.coverage import (
     missing_ratio,
     requests_count,
 )
-from monitor.evidence import BoundedShare, confidence, derivation, hold_for, window_z
 from monitor.missing import MISSING_INPUTS_TOTAL
-from monitor.promql import JOB, alert, panel_rate, panel_ratio, percent, recorded_value
+from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
+from monitor.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.rulekit.promql import JOB, alert, panel_rate, panel_ratio, percent, recorded_value
 
 PROMTOOL_TESTS = [Path(__file__).parent / "tests" / "coverage_test.yaml"]
 BY = "job, field, instrumentation"

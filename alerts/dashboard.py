@@ -19,9 +19,10 @@ from typing import Any
 
 from alerts import coverage, health
 from alerts.rules import component_section
-from monitor.components import Annotation, DetectorComponent, Panel, Row, load_components
+from monitor.components import DetectorComponent, load_components
 from monitor.config import Config
-from monitor.promql import JOB, PRODUCTION_VARIANT, RELEASE_FIRST_SEEN, REQUESTS_TOTAL
+from monitor.rulekit.fragments import Annotation, Panel, Row
+from monitor.rulekit.promql import JOB, PRODUCTION_VARIANT, RELEASE_FIRST_SEEN, REQUESTS_TOTAL
 
 UID = "rag-monitor"
 SCHEMA_VERSION = 39

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from monitor.components import Panel, Row, RuleFragment
 from monitor.config import GuardrailsConfig
-from monitor.promql import JOB, alert, panel_rate, sum_increase
+from monitor.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.rulekit.promql import JOB, alert, panel_rate, sum_increase
 
 PROMTOOL_TESTS = [Path(__file__).parent / "tests" / "monitor_test.yaml"]
 

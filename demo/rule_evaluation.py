@@ -9,7 +9,7 @@ The shapes understood are the ones the rules use for their plain conditions: an
 alert expression is clauses joined by ``and on (...)``, each ``TERM`` or
 ``TERM OP NUMBER``; a TERM is a recorded series (its rule a ratio of two rates,
 optionally ``1 - (...)``, a ``histogram_quantile`` of a rate, an increase, or the
-Wilson bound of a recorded share and count, ``monitor.evidence.wilson_bound``), a raw
+Wilson bound of a recorded share and count, ``monitor.rulekit.evidence.wilson_bound``), a raw
 gauge, or ``sum by (...) (increase(COUNTER[window]))``. A record may have several
 rules (one per stage); a clause's label matchers choose the one that fits. An alert
 of another shape (the regeneration band needs weeks of history; ``up`` exists only
@@ -27,7 +27,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from monitor.evidence import Side, wilson
+from monitor.rulekit.evidence import Side, wilson
 
 NO_EVIDENCE = "no evidence yet"
 NOT_HERE = "evaluated by Prometheus only"

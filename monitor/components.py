@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from monitor.detector import Detector
 from monitor.pipeline import PIPELINE_THREAD, Consumer, Events, TraceAssembly
+from monitor.rulekit.fragments import Row, RuleFragment
 from monitor.trace import Event
 
 ENTRY_POINT_GROUP = "rag_monitor.detectors"
@@ -95,53 +96,6 @@ class BuildContext:
     emit: Callable[[Event], bool] = field(default_factory=EventHook)
     # The bearer token of the write endpoints, for a detector serving its own page.
     token: str | None = None
-
-
-@dataclass
-class Panel:
-    """One dashboard panel: PromQL queries with their legends."""
-
-    title: str
-    queries: list[tuple[str, str]]  # (PromQL, legend)
-    unit: str = "short"
-    kind: str = "timeseries"
-    description: str = ""
-    width: int = 8
-    thresholds: list[float] = field(default_factory=list)
-
-
-@dataclass
-class Annotation:
-    """A dashboard annotation: a PromQL query whose series mark events on every panel."""
-
-    name: str
-    expr: str
-    title: str  # Grafana's titleFormat, may use {{label}}
-    text: str
-    tags: str  # comma-separated label names
-    colour: str = "orange"
-
-
-@dataclass
-class Row:
-    """A dashboard row of panels, and the annotations its component adds to the dashboard."""
-
-    title: str
-    panels: list[Panel]
-    annotations: list[Annotation] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class RuleFragment:
-    """A component's share of the rule file: recording rules, alerting rules, and the
-    promtool unit-test files that exercise them."""
-
-    recording: list[dict[str, Any]] = field(default_factory=list)
-    alerting: list[dict[str, Any]] = field(default_factory=list)
-    promtool_tests: list[Path] = field(default_factory=list)
-    # What the rules derived from the guardrails (bounds, factors), written as comments
-    # at the head of the generated rule file.
-    derivations: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

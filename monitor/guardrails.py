@@ -1,5 +1,5 @@
 """The ``guardrails:`` section: thresholds, SLOs, windows and the false-alert budget the
-generated rules derive their bounds from (``monitor.evidence``)."""
+generated rules derive their bounds from (``monitor.rulekit.evidence``)."""
 
 from __future__ import annotations
 

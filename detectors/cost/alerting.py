@@ -13,9 +13,17 @@ from detectors.cost.names import (
     REQUEST_COST_USD,
     cost_per_query,
 )
-from monitor.components import Panel, Row, RuleFragment
 from monitor.config import GuardrailsConfig
-from monitor.promql import alert, enough, panel_rate, panel_ratio, production, ratio, sum_rate
+from monitor.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.rulekit.promql import (
+    alert,
+    enough,
+    panel_rate,
+    panel_ratio,
+    production,
+    ratio,
+    sum_rate,
+)
 
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]
 

@@ -22,9 +22,9 @@ from detectors.drift.names import (
     REPRESENTATION_INFO,
     REPRESENTATION_SHARE,
 )
-from monitor.components import Annotation, Panel, Row, RuleFragment
 from monitor.config import GuardrailsConfig
-from monitor.promql import JOB, alert
+from monitor.rulekit.fragments import Annotation, Panel, Row, RuleFragment
+from monitor.rulekit.promql import JOB, alert
 
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]
 CHANGE_WINDOW = "1h"  # the ticket stays open this long after the last change

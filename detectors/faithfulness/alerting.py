@@ -1,7 +1,7 @@
 """The faithfulness detector's rules and panels: the share of sampled answers that HHEM
 scores at or above the threshold, against ``guardrails.faithfulness_min``, judged on
 evidence: the page fires when even the upper Wilson bound of the share (its z from the
-page budget, ``monitor.evidence``) is below the guardrail, on each of
+page budget, ``monitor.rulekit.evidence``) is below the guardrail, on each of
 ``guardrails.sample_windows`` (a short window for a large drop, a long one for a small)."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from detectors.faithfulness.names import (
     pass_upper_bound,
     scored_count,
 )
-from monitor.components import Panel, Row, RuleFragment
 from monitor.config import GuardrailsConfig
-from monitor.evidence import BoundedShare, confidence, derivation, hold_for, window_z
-from monitor.promql import (
+from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
+from monitor.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.rulekit.promql import (
     alert,
     panel_increase,
     panel_rate,

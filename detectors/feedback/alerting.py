@@ -1,5 +1,5 @@
 """The feedback detector's rules and panels: the regeneration (re-ask) ratio in a control
-band of its own history (``monitor.control_band``: the same hour of past weeks, the
+band of its own history (``monitor.rulekit.control_band``: the same hour of past weeks, the
 binomial width at the window's request count, overdispersion from history, z from the
 ticket budget), on each of ``guardrails.band_windows``."""
 
@@ -14,11 +14,11 @@ from detectors.feedback.names import (
     FEEDBACK_THUMBS_DOWN_TOTAL,
     REGENERATION,
 )
-from monitor.components import Panel, Row, RuleFragment
 from monitor.config import GuardrailsConfig
-from monitor.control_band import ControlBand
-from monitor.evidence import derivation, hold_for, window_z
-from monitor.promql import (
+from monitor.rulekit.control_band import ControlBand
+from monitor.rulekit.evidence import derivation, hold_for, window_z
+from monitor.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.rulekit.promql import (
     REQUESTS_TOTAL,
     alert,
     panel_quantile,

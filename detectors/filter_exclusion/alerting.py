@@ -18,10 +18,10 @@ from detectors.filter_exclusion.names import (
     false_exclusion_lower_bound,
     false_exclusion_ratio,
 )
-from monitor.components import Panel, Row, RuleFragment
 from monitor.config import GuardrailsConfig
-from monitor.evidence import BoundedShare, confidence, derivation, hold_for, window_z
-from monitor.promql import (
+from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
+from monitor.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.rulekit.promql import (
     alert,
     panel_increase,
     panel_rate,

@@ -4,7 +4,7 @@ the burn of its error budget over two tiers of ``guardrails.slo_windows``: the p
 (RagStageLatencySLOBreach) when the lower Wilson bound of the slow share over the long
 window, and the share over the short one, exceed ``page_burn_rate`` times the budget;
 the ticket (RagStageLatencySLOBudgetBurn) when they exceed the budget itself. The
-bound's z comes from the severity's false-alert budget (``monitor.evidence``). The p95
+bound's z comes from the severity's false-alert budget (``monitor.rulekit.evidence``). The p95
 recording and panels stay for reading, not for alerting."""
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from detectors.latency.names import (
     slow_ratio,
     stage_p95,
 )
-from monitor.components import Panel, Row, RuleFragment
 from monitor.config import GuardrailsConfig
-from monitor.evidence import confidence, hold_for, wilson_bound, window_z
 from monitor.guardrails import LatencySLO
-from monitor.promql import (
+from monitor.rulekit.evidence import confidence, hold_for, wilson_bound, window_z
+from monitor.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.rulekit.promql import (
     alert,
     panel_gauge,
     panel_quantile,

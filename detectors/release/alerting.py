@@ -1,5 +1,5 @@
 """The release detector's panels. It has no rules of its own: every guardrail alert reads
-its first-seen gauge for ``suspected_cause`` (``monitor.promql.triage``), and the
+its first-seen gauge for ``suspected_cause`` (``monitor.rulekit.promql.triage``), and the
 dashboard marks releases as annotations (``alerts.dashboard``)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from detectors.release.names import RELEASE_DROPPED_TOTAL, RELEASE_INFO
-from monitor.components import Panel, Row
 from monitor.config import GuardrailsConfig
-from monitor.promql import panel_gauge, panel_increase
+from monitor.rulekit.fragments import Panel, Row
+from monitor.rulekit.promql import panel_gauge, panel_increase
 
 
 def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:

@@ -15,9 +15,9 @@ from detectors.slices.names import (
     SLICE_UNMATCHED_FEEDBACK_TOTAL,
     regeneration_ratio_by_intent,
 )
-from monitor.components import Panel, Row, RuleFragment
 from monitor.config import GuardrailsConfig
-from monitor.promql import JOB, RATE, panel_rate, sum_increase, sum_rate
+from monitor.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.rulekit.promql import JOB, RATE, panel_rate, sum_increase, sum_rate
 from monitor.variants import PRODUCTION
 
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]

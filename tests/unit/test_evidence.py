@@ -1,4 +1,4 @@
-"""The false-alert budget's derivation (monitor.evidence) against a simulated statistic."""
+"""The false-alert budget's derivation (monitor.rulekit.evidence) against a simulated statistic."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from monitor.evidence import false_firings_per_week, wilson, z_for
+from monitor.rulekit.evidence import false_firings_per_week, wilson, z_for
 
 WEEK_MINUTES = 10_080
 

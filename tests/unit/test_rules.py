@@ -13,8 +13,9 @@ import pytest
 import yaml
 
 from alerts.rules import build_rules, render_rules, rule_fragments, write_promtool_suite
-from monitor.components import DetectorComponent, RuleFragment, load_components
+from monitor.components import DetectorComponent, load_components
 from monitor.config import Config, ConfigError, load_config
+from monitor.rulekit.fragments import RuleFragment
 from tests.conftest import REPO
 
 ALERTS_DIR = REPO / "alerts"
@@ -331,7 +332,7 @@ def test_demo_evaluator_reads_the_generated_conditions() -> None:
     from prometheus_client import CollectorRegistry, Counter, Histogram
 
     from demo.rule_evaluation import NO_EVIDENCE, NOT_HERE, RuleEvaluator
-    from monitor.evidence import wilson, window_z
+    from monitor.rulekit.evidence import wilson, window_z
 
     registry = CollectorRegistry()
     latency = Histogram(

@@ -7,8 +7,9 @@ from typing import Any, ClassVar
 from prometheus_client import Counter
 from pydantic import Field
 
-from monitor.components import BuildContext, DetectorComponent, Panel, Row, RuleFragment
+from monitor.components import BuildContext, DetectorComponent
 from monitor.detector import Detector, InlineDetector
+from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.section import Section
 from monitor.trace import Event
 

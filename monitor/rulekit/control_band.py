@@ -9,7 +9,7 @@ the current window's share (``n`` requests) and the centre (``n0`` requests behi
 standardised difference over the baseline, clamped at 1, so a rate that varies more than
 a coin from week to week gets a wider band, never a narrower one. So night windows (few
 requests) get a wide band and peak windows a narrow one, and ``z`` comes from the
-false-alert budget (``monitor.evidence``). The overdispersion is learnt only against
+false-alert budget (``monitor.rulekit.evidence``). The overdispersion is learnt only against
 the seasonal centre, and only once a seventh of the baseline has that history (1
 before): measured against a flat mean, the week's season itself would pass for noise
 and widen the band. Everything is recorded from counters in Prometheus, so replicas
@@ -23,7 +23,7 @@ from typing import Any
 
 from monitor.config import GuardrailsConfig
 from monitor.durations import parse_duration
-from monitor.promql import sum_increase, sum_rate
+from monitor.rulekit.promql import sum_increase, sum_rate
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from monitor.config import GuardrailsConfig
 from monitor.durations import parse_duration
-from monitor.promql import ratio, sum_increase, sum_rate
+from monitor.rulekit.promql import ratio, sum_increase, sum_rate
 
 WEEK_S = 7 * 86_400.0
 Side = Literal["lower", "upper"]
