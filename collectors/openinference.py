@@ -22,7 +22,7 @@ import orjson
 
 from collectors.otlp import Span
 from collectors.span_documents import derived_id, holds_documents, with_retrieved_fields
-from collectors.span_kinds import STAGE_OF_KIND, span_kind
+from collectors.span_kinds import span_kind
 from collectors.span_stages import (
     QUERY_TEXT,
     QUERY_VECTOR,
@@ -61,9 +61,6 @@ _RETRIEVAL_QUERY = "gen_ai.retrieval.query.text"
 _REQUEST_KINDS = ("CHAIN", "AGENT")
 # What OpenLLMetry writes for each key of a LangChain call's ``metadata``.
 _ASSOCIATION_PROPERTY = "traceloop.association.properties."
-# Kept under these names for rag-monitor inspect, which reads spans as the mapping does.
-_STAGE_OF_KIND = STAGE_OF_KIND
-_span_kind = span_kind
 
 
 class TraceMapper:
