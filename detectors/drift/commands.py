@@ -27,8 +27,10 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _report(args: argparse.Namespace, config: Any) -> int:
     from detectors.drift.report import write_report
+    from monitor.extras import require_extra
 
     try:
+        require_extra("report", "drawing the report's figures")
         report = write_report(config, args.since, args.out, prometheus=args.prometheus)
     except (ValueError, OSError) as exc:
         print(f"rag-monitor report drift: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ from detectors.drift.commands import COMMANDS
 from detectors.drift.config import DriftConfig
 from monitor.components import BuildContext, DetectorComponent, ModelNeed, ModelSupport
 from monitor.detector import Detector
+from monitor.extras import require_extra
 
 # An encoder's configuration and tokenizer (vocab.txt, spiece.model, tokenizer.json),
 # and one copy of its weights; ONNX, OpenVINO and TF exports are left on the hub.
@@ -21,6 +22,14 @@ VERIFY_TEXTS = ["where is my parcel"]
 def _build(config: DriftConfig, context: BuildContext) -> Detector:
     from detectors.drift.detector import DriftDetector
 
+    if config.enabled and config.backend == "alibi":
+        require_extra("alibi", "detectors.drift (backend: alibi)", "set backend: scipy")
+    if config.enabled and config.embedder is not None:
+        require_extra(
+            "embedder",
+            f"detectors.drift (embedder: {config.embedder})",
+            "set embedder: null (traced query vectors)",
+        )
     return DriftDetector(
         config,
         context.state_dir,
