@@ -6,7 +6,7 @@ pipeline queue stays full (retryable), UNAUTHENTICATED without the bearer
 token, RESOURCE_EXHAUSTED over ``max_request_bytes`` (from grpc itself) and,
 with RetryInfo so that exporters retry, when the bytes in flight are over
 ``max_inflight_bytes`` (the budget shared with the OTLP/HTTP receiver,
-``monitor/inflight.py``).
+``monitor/http/inflight.py``).
 
 The servicer takes the message as bytes (no deserializer in grpc): it reserves
 them in the budget before parsing, so a refused message costs no parse. grpc
@@ -32,8 +32,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from collectors.otlp import spans_from_request
 from monitor.components import write_token
 from monitor.config import OtlpConfig
-from monitor.http_server import refused_counter
-from monitor.inflight import OTLP_DECODE_FACTOR, ByteBudget, shared_budget
+from monitor.http.inflight import OTLP_DECODE_FACTOR, ByteBudget, shared_budget
+from monitor.http.limits import refused_counter
 from monitor.pipeline import Consumer, SpanBatch
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"

@@ -7,8 +7,8 @@ refused), 400 with a ``google.rpc.Status`` for an undecodable body, 413 over
 503 with ``Retry-After`` when the pipeline queue stays full or the bytes in
 flight are over ``max_inflight_bytes`` (and, with ``Connection: close``, once
 the sidecar is stopping), 401 without the bearer token once one is set. The
-transport and its bounds are ``monitor/http_server.py``'s; the byte budget is
-shared with the gRPC receiver (``monitor/inflight.py``).
+transport and its bounds are ``monitor/http/service.py``'s; the byte budget is
+shared with the gRPC receiver (``monitor/http/inflight.py``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from collectors.otlp import DecodedSpans, PayloadError, decode_otlp_json, decode
 from monitor.components import write_token
 from monitor.config import OtlpConfig
 from monitor.events import InvalidRecord, parse_feedback, parse_labels
-from monitor.http_server import HttpLimits, HttpService
-from monitor.http_wire import Request, Response
-from monitor.inflight import OTLP_DECODE_FACTOR, shared_budget
+from monitor.http.inflight import OTLP_DECODE_FACTOR, shared_budget
+from monitor.http.limits import HttpLimits
+from monitor.http.service import HttpService
+from monitor.http.wire import Request, Response
 from monitor.pipeline import Consumer, Events, SpanBatch
 from monitor.trace import Event
 

@@ -23,8 +23,8 @@ from monitor.components import (
 )
 from monitor.config import Config
 from monitor.detector import Detector
+from monitor.http.endpoints import ComponentsUp, MetricsServer, Readiness
 from monitor.pipeline import Pipeline, PipelineMetrics, TraceAssembly
-from monitor.server import ComponentsUp, MetricsServer, Readiness
 from monitor.worker import supervisor
 
 log = structlog.get_logger("rag_monitor")

@@ -1,7 +1,7 @@
 """The reviewer's web page: ``GET /review`` shows the next unreviewed item, blind;
 ``POST /review/<trace_id>`` records the verdict and answers 303 to the next one.
 
-It runs on the sidecar's bounded HTTP server (``monitor/http_server.py``), bound to
+It runs on the sidecar's bounded HTTP server (``monitor/http/service.py``), bound to
 ``detectors.review.http`` (loopback by default). When the sidecar has a bearer token
 (``collectors.otlp.auth_token_env``) every request needs it: ``Authorization: Bearer``,
 or the session cookie that opening ``/review?token=<token>`` once sets (HttpOnly,
@@ -37,9 +37,10 @@ from detectors.review.page import (
     parse_verdict_form,
     review_url,
 )
-from monitor.http_server import HttpLimits, HttpService
-from monitor.http_wire import Request, Response
-from monitor.inflight import ByteBudget
+from monitor.http.inflight import ByteBudget
+from monitor.http.limits import HttpLimits
+from monitor.http.service import HttpService
+from monitor.http.wire import Request, Response
 from monitor.metrics import shared_metric
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The bytes-in-flight budget (monitor/inflight.py): ByteBudget on its own; the OTLP/HTTP
+"""The bytes-in-flight budget (monitor/http/inflight.py): ByteBudget on its own; the OTLP/HTTP
 receiver reserving a body before reading it and giving it back however the request ends;
 the OTLP/gRPC receiver sharing that budget; the review page's own budget."""
 
@@ -27,7 +27,7 @@ from detectors.review.config import ReviewHttpSettings
 from detectors.review.store import ReviewStore
 from detectors.review.web import FORMS_IN_FLIGHT, ReviewPage
 from monitor.config import ConfigError, OtlpConfig, load_config
-from monitor.inflight import OTLP_DECODE_FACTOR, ByteBudget, shared_budget
+from monitor.http.inflight import OTLP_DECODE_FACTOR, ByteBudget, shared_budget
 from monitor.pipeline import WorkItem
 from tests.conftest import sample, sdk_request, wait_until
 from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for

@@ -137,7 +137,7 @@ def test_labels_and_feedback_are_submitted_as_events(receiver: Running) -> None:
     assert list(feedbacks.events) == [Feedback(trace_id="t1", kind="thumbs_down")]
 
 
-# --- the transport: bounds and the stop (monitor/http_server.py) ------------------------
+# --- the transport: bounds and the stop (monitor/http/service.py) ------------------------
 
 
 def start_receiver(sink: SinkConsumer, **http: object) -> OtlpHttpReceiver:

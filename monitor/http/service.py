@@ -4,16 +4,17 @@ OTLP/HTTP receiver and the metrics server.
 One asyncio loop thread owns every connection: it reads request heads and bodies and
 writes the answers, so an idle or slow client costs a socket and the bytes it sent, never
 a thread. Complete requests go to a small pool (``handler_threads``): decoding and the
-pipeline's ``submit`` block. Bounds (``HttpLimits``): ``max_connections`` (at the bound
-the longest-idle keep-alive connection is closed to make room, or else the new one is
-answered 503); ``header_timeout_s`` for the whole head from its first byte (slowloris),
-``max_header_bytes`` (431); ``body_timeout_s`` for the whole body after the head, and for
-the client to take the answer; ``idle_timeout_s`` between requests. A body is buffered
-as it arrives: memory follows what was received, never the declared Content-Length.
+pipeline's ``submit`` block. Bounds (``HttpLimits``, ``monitor/http/limits.py``):
+``max_connections`` (at the bound the longest-idle keep-alive connection is closed to
+make room, or else the new one is answered 503); ``header_timeout_s`` for the whole head
+from its first byte (slowloris), ``max_header_bytes`` (431); ``body_timeout_s`` for the
+whole body after the head, and for the client to take the answer; ``idle_timeout_s``
+between requests. A body is buffered as it arrives: memory follows what was received,
+never the declared Content-Length.
 
 What all connections hold together is bounded by the server's ``ByteBudget``
-(``monitor/inflight.py``): a body's declared length is reserved before its first byte is
-read and given back once it is answered (or the client left, or a timeout or an error
+(``monitor/http/inflight.py``): a body's declared length is reserved before its first byte
+is read and given back once it is answered (or the client left, or a timeout or an error
 ended it); past the budget a new request is answered 503 + Retry-After at once, and its
 body is read and dropped a chunk at a time. What the server itself closes or refuses
 counts in ``rag_monitor_http_refused_total``.
@@ -28,13 +29,13 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Gauge
 
-from monitor.config import HttpListener
-from monitor.http_wire import (
+from monitor.http.inflight import ByteBudget
+from monitor.http.limits import HttpLimits, refused_counter
+from monitor.http.wire import (
     BODY_TOO_SLOW,
     BUSY,
     CONTINUE,
@@ -50,7 +51,6 @@ from monitor.http_wire import (
     encode,
     parse_head,
 )
-from monitor.inflight import ByteBudget
 from monitor.metrics import shared_metric
 
 log = structlog.get_logger("rag_monitor.http")
@@ -59,45 +59,6 @@ _POLL_S = 0.02
 _LINGER_S = 2.0  # after an answer the server hangs up with, the client's late bytes are drained
 _LOOP_CALL_S = 10.0  # a call into the loop thread answers at once unless the loop is stuck
 _DISCARD_CHUNK = 1 << 16  # a refused body is read and dropped this much at a time
-
-
-def refused_counter(registry: CollectorRegistry) -> Counter:
-    """``rag_monitor_http_refused_total{server,reason}``, shared by the servers of a registry
-    (the gRPC receiver counts its budget refusals there too)."""
-    return shared_metric(
-        registry,
-        Counter,
-        "rag_monitor_http_refused",
-        "Connections closed and requests refused by an HTTP server itself, before a "
-        "handler saw them, by reason (max_connections, idle_evicted, idle_timeout, "
-        "header_timeout, body_timeout, write_timeout, header_too_large, bad_request, "
-        "stopping, inflight_bytes, handler_error).",
-        ["server", "reason"],
-    )
-
-
-@dataclass(frozen=True)
-class HttpLimits:
-    """The server's bounds; the module docstring says what each does."""
-
-    max_connections: int = 1024
-    handler_threads: int = 4
-    header_timeout_s: float = 10.0
-    body_timeout_s: float = 30.0
-    idle_timeout_s: float = 60.0
-    max_header_bytes: int = 16_384
-
-    @classmethod
-    def of(cls, listener: HttpListener) -> HttpLimits:
-        """The bounds configured on a listener (``collectors.otlp.http``, the review page)."""
-        return cls(
-            max_connections=listener.max_connections,
-            handler_threads=listener.handler_threads,
-            header_timeout_s=listener.header_timeout_s,
-            body_timeout_s=listener.body_timeout_s,
-            idle_timeout_s=listener.idle_timeout_s,
-            max_header_bytes=listener.max_header_bytes,
-        )
 
 
 class HttpService:

@@ -1,5 +1,5 @@
 """The sidecar's own endpoints /metrics, /healthz and /readyz, its readiness checks and
-``rag_monitor_component_up``. The server under them is ``monitor/http_server.py``'s."""
+``rag_monitor_component_up``. The server under them is ``monitor/http/service.py``'s."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
-from monitor.http_server import HttpLimits, HttpService
-from monitor.http_wire import Request, Response
-from monitor.inflight import ByteBudget
+from monitor.http.inflight import ByteBudget
+from monitor.http.limits import HttpLimits
+from monitor.http.service import HttpService
+from monitor.http.wire import Request, Response
 
 
 class Readiness:

@@ -1,5 +1,5 @@
 """HTTP/1.1 on the wire: the request head parser, the response encoder and the
-answers the server gives on its own (``monitor/http_server.py`` moves the bytes)."""
+answers the server gives on its own (``monitor/http/service.py`` moves the bytes)."""
 
 from __future__ import annotations
 
