@@ -14,6 +14,7 @@ from detectors.faithfulness.hhem import (
     ModelMissingError,
     read_checkpoint,
 )
+from detectors.faithfulness.scorer_command import SCORE
 from monitor.components import BuildContext, DetectorComponent, ModelNeed, ModelSupport
 from monitor.detector import Detector
 
@@ -29,7 +30,11 @@ def _build(config: FaithfulnessConfig, context: BuildContext) -> Detector:
 
     # Annotations go to Phoenix, whose connection is a collectors setting.
     return FaithfulnessDetector(
-        config, context.registry, context.root.collectors.phoenix, emit=context.emit
+        config,
+        context.registry,
+        context.root.collectors.phoenix,
+        emit=context.emit,
+        kafka=context.root.collectors.kafka,
     )
 
 
@@ -106,4 +111,5 @@ COMPONENT = DetectorComponent(
     rows=alerting.rows,
     order=40,
     models=ModelSupport(needs=model_needs, load=load_model, missing=missing_models),
+    commands=(SCORE,),
 )

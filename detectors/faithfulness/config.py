@@ -12,6 +12,7 @@ from monitor.section import Patterns, Section
 
 AlwaysSample = Literal["thumbs_down", "probe"]
 JudgeKind = Literal["hhem", "openai_compatible"]
+JudgeLocation = Literal["inline", "kafka"]
 
 
 class LlmJudgeConfig(Section):
@@ -77,8 +78,51 @@ class LlmJudgeConfig(Section):
         return output
 
 
+class RemoteJudgingConfig(Section):
+    """judge_location: kafka: sidecars publish sampled pairs, ``rag-monitor score`` judges."""
+
+    requests_topic: str = Field(
+        "rag-judge-requests",
+        min_length=1,
+        description="topic the sidecars publish sampled pairs to (keyed by trace id)",
+    )
+    results_topic: str = Field(
+        "rag-judge-results",
+        min_length=1,
+        description="topic the scorers publish JudgeScore events to; every sidecar reads it whole",
+    )
+    group_id: str = Field(
+        "rag-judge-scorers",
+        min_length=1,
+        description="the scorers' consumer group on requests_topic",
+    )
+    floor_window_s: float = Field(
+        3600.0,
+        gt=0,
+        le=86_400,
+        description="the scorers' budget window per service, in which min_scored_per_hour "
+        "scaled to the window is met once; 3600 in production (tests shorten it)",
+    )
+    dedupe_size: int = Field(
+        100_000,
+        gt=0,
+        description="trace ids a scorer remembers (its own and the results topic's) to count "
+        "a redelivered pair as a duplicate instead of scoring it again",
+    )
+
+
 class FaithfulnessConfig(Section):
     enabled: bool = Field(True, description="score a sample of answers for faithfulness")
+    judge_location: JudgeLocation = Field(
+        "inline",
+        description="inline (the sidecar runs the judge) or kafka (the sidecar samples and "
+        "publishes pairs to remote.requests_topic, never loads a model; `rag-monitor score` "
+        "judges them and publishes the scores back)",
+    )
+    remote: RemoteJudgingConfig = Field(
+        default_factory=RemoteJudgingConfig,
+        description="judge_location: kafka: topics, the scorers' group, the floor's window",
+    )
     judge: JudgeKind = Field(
         "hhem",
         description="hhem (HHEM-2.1-Open on this process's CPU or GPU) or openai_compatible "
@@ -98,13 +142,18 @@ class FaithfulnessConfig(Section):
     always_sample: list[AlwaysSample] = Field(
         default_factory=lambda: list(get_args(AlwaysSample)), description="kinds always scored"
     )
-    max_per_second: float = Field(5.0, gt=0, description="cap on scored traces per second")
+    max_per_second: float = Field(
+        5.0,
+        gt=0,
+        description="cap on scored traces per second (kafka: on published pairs per sidecar, "
+        "and on a scorer's random stratum)",
+    )
     min_scored_per_hour: float = Field(
         600,
         ge=0,
-        description="floor of traces scored an hour per replica: at low traffic the sample "
-        "rate rises to reach it (within max_per_second), so the alert's bound has evidence; "
-        "0: off",
+        description="floor of traces scored an hour: at low traffic the sample rate rises to "
+        "reach it (within max_per_second), so the alert's bound has evidence; per replica "
+        "inline, per service with judge_location: kafka (the scorers keep it once); 0: off",
     )
     threshold: float = Field(0.5, ge=0, le=1, description="score at or above: consistent")
     granularity: Literal["answer", "sentence"] = Field(

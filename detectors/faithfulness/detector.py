@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import replace
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -35,16 +35,23 @@ from detectors.faithfulness.worker import (
     WorkerStats,
 )
 from monitor.config import PhoenixConfig
+from monitor.kafka_config import KafkaConfig
 from monitor.metrics import detector_up
 from monitor.missing import MissingInputs
 from monitor.sampler import Sampled, Sampler
 from monitor.trace import Event, JudgeScore, RagTrace
 from monitor.variants import ByVariant, variant_of
 
+if TYPE_CHECKING:
+    from detectors.faithfulness.remote import PairPublisher
+
 log = structlog.get_logger("rag_monitor.faithfulness")
 
 SCORE_BUCKETS = tuple(round(0.05 * i, 2) for i in range(1, 21))
 QUEUE_SIZE = 128
+# judge_location: kafka: the queue only waits for the publisher, a pair costs bytes, not
+# seconds of a judge; bursts of a Kafka poll (500 records) must fit.
+PUBLISH_QUEUE_SIZE = 4096
 
 
 class FaithfulnessMetrics:
@@ -122,8 +129,9 @@ class FaithfulnessDetector:
         *,
         worker: ScoringWorker | None = None,
         annotator: PhoenixAnnotator | None = None,
-        queue_size: int = QUEUE_SIZE,
+        queue_size: int | None = None,
         emit: Callable[[Event], bool] | None = None,
+        kafka: KafkaConfig | None = None,
     ) -> None:
         self.config = config
         self.judge = judge_name(config)
@@ -141,14 +149,29 @@ class FaithfulnessDetector:
             sample_rate=config.sample_rate,
             always_sample=config.always_sample,
             max_per_second=config.max_per_second,
-            queue_size=queue_size,
+            queue_size=queue_size
+            if queue_size is not None
+            else (PUBLISH_QUEUE_SIZE if config.judge_location == "kafka" else QUEUE_SIZE),
             min_per_hour=config.min_scored_per_hour,
             held_form=without_query_vector,
             settle=self._settle,
         )
-        self.worker = worker or ScoringWorker(
-            config, self.sampler.queue, self._record, self._state, self._stats, registry=registry
-        )
+        self.worker: ScoringWorker | PairPublisher
+        if config.judge_location == "kafka" and worker is None:
+            if kafka is None or not kafka.bootstrap_servers:
+                raise ValueError(
+                    "detectors.faithfulness.judge_location: kafka needs "
+                    "collectors.kafka.bootstrap_servers"
+                )
+            from detectors.faithfulness.remote import PairPublisher  # kafka: not for --help
+
+            # Scores come back from the scorers through the results topic, as JudgeScore.
+            self.worker = PairPublisher(config, kafka, self.sampler.queue, registry, emit)
+        else:
+            self.worker = worker or ScoringWorker(
+                config, self.sampler.queue, self._record, self._state, self._stats,
+                registry=registry,
+            )  # fmt: skip
         if annotator is None and phoenix is not None and phoenix.enabled and phoenix.annotate:
             annotator = PhoenixAnnotator(
                 phoenix.endpoint,
@@ -173,6 +196,8 @@ class FaithfulnessDetector:
         self._up.set(0)
         if self.annotator is not None:
             self.annotator.start()
+        if self.config.judge_location == "kafka":
+            self._up.set(1)  # no model here: up while it publishes
         self.worker.start()
 
     def shutdown(self) -> None:

@@ -1,0 +1,165 @@
+"""Judging off the sidecar (``judge_location: kafka``): the sidecar's half.
+
+The sidecar samples as it does inline (the same trace-id hash, the always-sample kinds,
+the floor, the rate cap) and settles what the judge need not see (no answer, no context,
+...) before anything leaves it. Each remaining pair (premise, answer, question, trace id,
+span id, variant, service, stratum) goes to ``remote.requests_topic`` keyed by trace id,
+from a worker thread so that the pipeline never waits on the broker. The scorers
+(``rag-monitor score``, ``scorer.py``) judge the pairs and publish one ``JudgeScore``
+record each to ``remote.results_topic``, which every sidecar reads whole and feeds into
+its pipeline as it does an inline score: review and shadow act on it unchanged.
+
+The stratum says why the pair was taken, in the order the scorers keep pairs when they
+must shed: ``thumbs_down`` and ``probe`` (always), ``floor`` (taken only because
+``min_scored_per_hour`` raised this sidecar's rate: a candidate the scorers keep while the
+service's floor is not met), ``random`` (under ``sample_rate``).
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable
+from typing import Any, Literal
+
+import orjson
+from prometheus_client import CollectorRegistry, Counter
+
+from detectors.faithfulness.config import FaithfulnessConfig
+from detectors.faithfulness.triage import premise_of
+from monitor.kafka_config import KafkaConfig
+from monitor.replication import TopicPublisher, WholeTopicReader, client_settings
+from monitor.sampler import Sampled, trace_fraction
+from monitor.trace import Event, JudgeScore
+from monitor.variants import variant_of
+from monitor.worker import Worker
+
+Stratum = Literal["thumbs_down", "probe", "floor", "random"]
+STRATA: tuple[Stratum, ...] = ("thumbs_down", "probe", "floor", "random")
+ALWAYS: frozenset[str] = frozenset({"thumbs_down", "probe"})
+PUBLISHED_TOTAL = "rag_judge_published_total"
+RESULTS_READ_TOTAL = "rag_judge_results_read_total"
+UNKNOWN_SERVICE = "unknown"
+
+
+def stratum_of(sampled: Sampled, sample_rate: float) -> Stratum:
+    """Why the sampler took the trace: an always-sample kind, the base rate, or the floor."""
+    if sampled.reason != "rate":
+        return sampled.reason
+    trace = sampled.trace
+    return "random" if trace_fraction(trace.pair_id or trace.trace_id) < sample_rate else "floor"
+
+
+def pair_record(sampled: Sampled, stratum: Stratum) -> dict[str, Any]:
+    """What a scorer needs of a sampled trace (triaged: it has an answer and a premise)."""
+    trace = sampled.trace
+    return {
+        "trace_id": trace.trace_id,
+        "span_id": trace.root_span_id,
+        "premise": premise_of(trace),
+        "answer": (trace.answer or "").strip(),
+        "question": trace.query,
+        "variant": variant_of(trace),
+        "service": trace.service_name or UNKNOWN_SERVICE,
+        "stratum": stratum,
+    }
+
+
+def score_record(score: JudgeScore, variant: str, service: str) -> dict[str, Any]:
+    return {
+        "trace_id": score.trace_id,
+        "score": score.score,
+        "threshold": score.threshold,
+        "judge": score.judge,
+        "variant": variant,
+        "service": service,
+    }
+
+
+def score_from_record(value: bytes) -> JudgeScore:
+    """Raises ValueError, KeyError or TypeError on a record that is not a score."""
+    record = orjson.loads(value)
+    score = float(record["score"])
+    if not 0.0 <= score <= 1.0:
+        raise ValueError("score outside [0, 1]")
+    return JudgeScore(
+        str(record["trace_id"]), score, float(record["threshold"]), judge=str(record["judge"])
+    )
+
+
+class PairPublisher:
+    """Publishes the sampler's queue to the requests topic on its own worker; reads the
+    results topic whole and emits each score into the pipeline."""
+
+    def __init__(
+        self,
+        config: FaithfulnessConfig,
+        kafka: KafkaConfig,
+        source: queue.Queue[Sampled],
+        registry: CollectorRegistry,
+        emit: Callable[[Event], bool] | None,
+    ) -> None:
+        self._config = config
+        self._emit = emit
+        settings = client_settings(kafka)
+        published = Counter(
+            PUBLISHED_TOTAL,
+            "Sampled pairs a sidecar published for the scorers (judge_location: kafka), by "
+            "stratum and outcome (ok, failed: the broker refused or was away).",
+            ["stratum", "outcome"],
+            registry=registry,
+        )
+        self._read = Counter(
+            RESULTS_READ_TOTAL,
+            "Score records a sidecar read from the results topic, by outcome (ok: fed to the "
+            "pipeline, invalid: not a score).",
+            ["outcome"],
+            registry=registry,
+        )
+        self._stratum: Stratum = "random"
+
+        def sent(_topic: str, ok: bool) -> None:
+            published.labels(self._stratum, "ok" if ok else "failed").inc()
+
+        self._publisher = TopicPublisher(settings, sent, "faithfulness")
+        self._worker: Worker[Sampled] = Worker(
+            "faithfulness-publisher",
+            handle=self._publish,
+            source=source,
+            batch_size=64,
+            finish=self._publisher.close,
+            drain_s=5.0,
+            registry=registry,
+        )
+        self._reader = WholeTopicReader(
+            "faithfulness-results", settings, [config.remote.results_topic], self._take, registry
+        )
+
+    @property
+    def accepting(self) -> bool:
+        return True
+
+    def start(self) -> None:
+        self._worker.start()
+        self._reader.start()
+
+    def shutdown(self) -> None:
+        self._worker.stop()
+        self._reader.shutdown()
+
+    def _publish(self, batch: list[Sampled]) -> None:
+        topic = self._config.remote.requests_topic
+        for sampled in batch:
+            self._stratum = stratum_of(sampled, self._config.sample_rate)
+            record = pair_record(sampled, self._stratum)
+            self._publisher.send(topic, sampled.trace.trace_id, record)
+        self._publisher.flush()
+
+    def _take(self, _topic: str, value: bytes) -> None:
+        try:
+            score = score_from_record(value)
+        except (ValueError, KeyError, TypeError):
+            self._read.labels("invalid").inc()
+            return
+        self._read.labels("ok").inc()
+        if self._emit is not None:
+            self._emit(score)

@@ -1,0 +1,229 @@
+"""The scorer role: ``rag-monitor score`` judges the pairs the sidecars publish.
+
+It reads ``remote.requests_topic`` in the scorers' consumer group (``remote.group_id``):
+Kafka spreads the partitions over the scorers and moves a dead one's to the others. Each
+poll's pairs are sorted by length and judged in the judge's batches (``open_judge``: HHEM
+or an LLM), the scores exported on this process's ``/metrics`` under the same names as an
+inline judge's (``rag_faithfulness_*``, labelled with the pair's variant), so that the
+series add up across sidecars and scorers. Each score goes to ``remote.results_topic`` as
+a ``JudgeScore`` record; the poll's offsets are committed only after its scores are
+flushed (at least once). A redelivered pair whose trace id this scorer, or another one
+through the results topic, scored lately is counted as a duplicate and not judged again.
+What it keeps and sheds: ``scorer_budget.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import structlog
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import CommitFailedError, KafkaError
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from detectors.faithfulness.config import FaithfulnessConfig
+from detectors.faithfulness.detector import FaithfulnessMetrics
+from detectors.faithfulness.judge import Judge, JudgePair, JudgeResult, WorkerStats, judge_name
+from detectors.faithfulness.remote import score_record
+from detectors.faithfulness.scorer_budget import FloorBudget, SeenTraces
+from monitor.kafka_config import KafkaConfig
+from monitor.replication import WholeTopicReader, client_settings
+from monitor.trace import JudgeScore
+
+log = structlog.get_logger("rag_monitor.scorer")
+
+SCORER_PAIRS_TOTAL = "rag_judge_scorer_pairs_total"
+POLL_MS = 200
+MAX_POLL_RECORDS = 64  # pairs judged between two commits: a crash re-reads at most these
+RETRY_S = 1.0
+_CONSUMER_DEFAULTS = {"bootstrap_timeout_ms": 5000, "reconnect_backoff_max_ms": 5000}
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """A published pair as the scorer reads it."""
+
+    trace_id: str
+    premise: str
+    answer: str
+    question: str | None
+    variant: str
+    service: str
+    stratum: str
+
+    @classmethod
+    def from_record(cls, value: bytes) -> Pair:
+        """Raises ValueError, KeyError or TypeError on a record that is not a pair."""
+        record = orjson.loads(value)
+        fields = {name: record[name] for name in ("trace_id", "premise", "answer")}
+        if not all(isinstance(text, str) and text for text in fields.values()):
+            raise ValueError("trace_id, premise and answer must be non-empty strings")
+        question = record.get("question")
+        return cls(
+            **fields,
+            question=question if isinstance(question, str) else None,
+            variant=str(record["variant"]),
+            service=str(record["service"]),
+            stratum=str(record["stratum"]),
+        )
+
+
+class ScorerMetrics(FaithfulnessMetrics):
+    """The inline detector's metrics plus what only a scorer does."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.pairs = Counter(
+            SCORER_PAIRS_TOTAL,
+            "Pairs a scorer read, by stratum and outcome: judged, duplicate (redelivered, "
+            "judged lately), floor_met and capacity (shed), invalid (not a pair).",
+            ["stratum", "outcome"],
+            registry=registry,
+        )
+        self.published = Counter(
+            "rag_judge_scores_published_total",
+            "Scores a scorer published to the results topic, by outcome (ok, failed).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.partitions = Gauge(
+            "rag_judge_scorer_partitions",
+            "Partitions of the requests topic this scorer owns now.",
+            registry=registry,
+        )
+
+
+class Scorer:
+    """Consumes pairs, judges them, publishes and exports the scores; ``run`` owns a thread."""
+
+    def __init__(
+        self, config: FaithfulnessConfig, kafka: KafkaConfig, registry: CollectorRegistry
+    ) -> None:
+        self.config = config
+        self.metrics = ScorerMetrics(registry)
+        self._settings = client_settings(kafka)
+        self._consumer_settings = {**_CONSUMER_DEFAULTS, **kafka.consumer, **self._settings}
+        self._judge_name = judge_name(config)
+        self.seen = SeenTraces(config.remote.dedupe_size)
+        self.budget = FloorBudget(
+            config.min_scored_per_hour, config.remote.floor_window_s, config.max_per_second
+        )
+        self.ready = threading.Event()  # the judge loaded and the group joined
+        self._results = WholeTopicReader(
+            "scorer-results", self._settings, [config.remote.results_topic], self._seen, registry
+        )
+
+    def _seen(self, _topic: str, value: bytes) -> None:
+        try:
+            self.seen.add(str(orjson.loads(value)["trace_id"]))
+        except (ValueError, KeyError, TypeError):
+            return
+
+    def on_stats(self, stats: WorkerStats) -> None:
+        self.metrics.model_pairs.inc(stats.pairs)
+        self.metrics.model_seconds.inc(stats.seconds)
+        self.metrics.cache_hits.inc(stats.cache_hits)
+
+    def run(self, judge: Judge, stop: threading.Event) -> None:
+        """Judge until ``stop``; a broker outage is waited out with a fresh consumer."""
+        self._results.start()
+        producer = KafkaProducer(**self._settings, acks="all", linger_ms=5)
+        try:
+            while not stop.is_set():
+                try:
+                    self._consume(judge, producer, stop)
+                except KafkaError as exc:
+                    log.warning("scorer_kafka_failed", error=type(exc).__name__)
+                    stop.wait(RETRY_S)
+        finally:
+            self._results.shutdown()
+            producer.close(timeout=5)
+
+    def _consume(self, judge: Judge, producer: KafkaProducer, stop: threading.Event) -> None:
+        consumer = KafkaConsumer(
+            **self._consumer_settings,
+            group_id=self.config.remote.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        topic = self.config.remote.requests_topic
+        consumer.subscribe([topic])
+        try:
+            while not stop.is_set():
+                batches = consumer.poll(timeout_ms=POLL_MS, max_records=MAX_POLL_RECORDS)
+                owned = len(consumer.assignment())
+                self.metrics.partitions.set(owned)
+                self.budget.set_share(owned, len(consumer.partitions_for_topic(topic) or ()))
+                if owned:
+                    self.ready.set()
+                records = [record for batch in batches.values() for record in batch]
+                if not records:
+                    continue
+                self.handle(judge, [record.value for record in records], producer)
+                producer.flush(timeout=30)
+                try:
+                    consumer.commit()  # after the scores are out: at least once
+                except CommitFailedError:  # partitions moved: their pairs come back
+                    log.info("scorer_commit_refused")
+        finally:
+            self.metrics.partitions.set(0)
+            consumer.close()
+
+    def handle(self, judge: Judge, values: Sequence[bytes], producer: KafkaProducer) -> None:
+        """Admit, judge and publish one poll's pairs."""
+        admitted: list[Pair] = []
+        for value in values:
+            try:
+                pair = Pair.from_record(value)
+            except (ValueError, KeyError, TypeError):
+                self.metrics.pairs.labels("unknown", "invalid").inc()
+                continue
+            if not self.seen.add(pair.trace_id):
+                self.metrics.pairs.labels(pair.stratum, "duplicate").inc()
+                continue
+            decision = self.budget.decide(pair.service, pair.stratum)
+            if decision != "judge":
+                self.metrics.pairs.labels(pair.stratum, decision).inc()
+                continue
+            self.budget.scored(pair.service)
+            admitted.append(pair)
+        admitted.sort(key=lambda p: len(p.premise) + len(p.answer))
+        size = max(1, judge.batch_size)
+        for start in range(0, len(admitted), size):
+            chunk = admitted[start : start + size]
+            for pair, result in zip(chunk, self._judge(judge, chunk), strict=True):
+                self._record(pair, result, producer)
+
+    def _judge(self, judge: Judge, pairs: list[Pair]) -> list[JudgeResult]:
+        try:
+            return judge.score([JudgePair(p.premise, p.answer, p.question) for p in pairs])
+        except Exception:  # a bug in a judge must not end the scorer; counted as error
+            log.exception("scorer_judge_failed")
+            return [JudgeResult.failed("model_error") for _ in pairs]
+
+    def _record(self, pair: Pair, result: JudgeResult, producer: KafkaProducer) -> None:
+        self.metrics.pairs.labels(pair.stratum, "judged").inc()
+        self.metrics.evaluations[result.outcome][pair.variant].inc()
+        if result.outcome != "scored" or result.score is None:
+            return
+        self.metrics.score[pair.variant].observe(result.score)
+        if result.score < self.config.threshold:
+            self.metrics.below_threshold[pair.variant].inc()
+        if result.truncated:
+            self.metrics.truncated.inc()
+        score = JudgeScore(pair.trace_id, result.score, self.config.threshold, self._judge_name)
+        record: dict[str, Any] = score_record(score, pair.variant, pair.service)
+        try:
+            producer.send(
+                self.config.remote.results_topic,
+                key=pair.trace_id.encode(),
+                value=orjson.dumps(record),
+            )
+        except KafkaError:
+            self.metrics.published.labels("failed").inc()
+            return
+        self.metrics.published.labels("ok").inc()

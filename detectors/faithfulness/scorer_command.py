@@ -1,0 +1,76 @@
+"""``rag-monitor score [--config F]``: run a scorer until SIGTERM or SIGINT.
+
+It reads the same configuration file as the sidecars: ``detectors.faithfulness`` (the
+judge, its settings, ``remote``), ``collectors.kafka`` (brokers, security, consumer
+tuning) and ``service.metrics`` (where its /metrics, /healthz and /readyz are served).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from typing import Any
+
+from monitor.components import Command
+
+# Exit codes: 1 the configuration cannot run a scorer, 3 the judge cannot load here.
+NO_JUDGE = 3
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    del parser  # --config only
+
+
+def _score(args: argparse.Namespace, config: Any) -> int:
+    del args
+    import structlog
+    from prometheus_client import CollectorRegistry
+
+    from detectors.faithfulness.judge import open_judge
+    from detectors.faithfulness.scorer import Scorer
+    from monitor.http.endpoints import MetricsServer, Readiness
+    from monitor.worker import supervisor
+
+    log = structlog.get_logger("rag_monitor.scorer")
+    faithfulness = config.detectors.faithfulness
+    kafka = config.collectors.kafka
+    if not kafka.bootstrap_servers:
+        print("rag-monitor score: set collectors.kafka.bootstrap_servers", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    registry = CollectorRegistry()
+    scorer = Scorer(faithfulness, kafka, registry)
+    readiness = Readiness()
+    readiness.add("scorer", scorer.ready.is_set)
+    metrics = config.service.metrics
+    server = MetricsServer(
+        metrics.host, metrics.port, registry, readiness, health=supervisor(registry).failing
+    )
+    server.start()
+    try:
+        judge = open_judge(faithfulness, registry=registry, on_stats=scorer.on_stats, stopping=stop)
+    except Exception as exc:  # missing model, missing key, a cancelled calibration
+        log.warning("scorer_judge_unavailable", judge=faithfulness.judge, error=str(exc))
+        server.shutdown()
+        return NO_JUDGE
+    log.info("scorer_started", judge=judge.name, topic=faithfulness.remote.requests_topic)
+    try:
+        scorer.run(judge, stop)
+    finally:
+        judge.close()
+        server.shutdown()
+    log.info("scorer_stopped")
+    return 0
+
+
+SCORE = Command(
+    ("score",),
+    "run a scorer: judge the pairs sidecars publish (judge_location: kafka), export and "
+    "publish the scores",
+    _arguments,
+    _score,
+)

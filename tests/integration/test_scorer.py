@@ -1,0 +1,269 @@
+"""Judging off the pod on a real broker: sidecars in ``judge_location: kafka`` publish
+sampled pairs, ``rag-monitor score`` processes judge them with a tiny HHEM checkpoint,
+and the scores come back to every sidecar as JudgeScore events."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from detectors.faithfulness.scorer import MAX_POLL_RECORDS
+from monitor.sampler import trace_fraction
+from monitor.sidecar import Sidecar
+from tests.conftest import REPO, SidecarProcess, sample, unique, wait_until
+from tests.hhem_checkpoint import build_checkpoint
+from tests.integration.conftest import (
+    Broker,
+    kafka_settings,
+    rag_trace,
+    trace_id,
+)
+from tests.integration.test_review_sidecar import JudgeScores
+
+pytestmark = pytest.mark.integration
+
+StartSidecar = Callable[..., Sidecar]
+SERVICE = "checkout"
+
+
+class ScorerProcess(SidecarProcess):
+    """``python -m monitor score`` with a written config; metrics scraped over HTTP."""
+
+    def start(self) -> ScorerProcess:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "monitor", "score", "--config", str(self.config_path)],
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        return self
+
+
+@pytest.fixture
+def scorers(tmp_path: Path) -> Iterator[Callable[[dict[str, Any], int], list[ScorerProcess]]]:
+    """Start scorer processes; all are killed after the test."""
+    started: list[ScorerProcess] = []
+
+    def start(config: dict[str, Any], count: int) -> list[ScorerProcess]:
+        made = [ScorerProcess(tmp_path, config, f"scorer-{len(started) + i}") for i in range(count)]
+        started.extend(process.start() for process in made)
+        return made
+
+    yield start
+    for process in started:
+        process.kill()
+
+
+def setup_topics(broker: Broker, sidecars: int) -> dict[str, str]:
+    names = {
+        "traces": broker.create_topic(unique("traces"), sidecars),
+        "feedback": broker.create_topic(unique("feedback"), sidecars),
+        "requests": broker.create_topic(unique("judge-requests"), 4),
+        "results": broker.create_topic(unique("judge-results"), 2),
+    }
+    return names | {"group": unique("scorers")}
+
+
+def faithfulness(tmp_path: Path, topics: dict[str, str], **settings: Any) -> dict[str, Any]:
+    """``detectors.faithfulness`` in kafka mode on a tiny checkpoint, shared by all roles."""
+    checkpoint = tmp_path / "hhem" / "hhem"
+    if not checkpoint.exists():
+        assert build_checkpoint(tmp_path / "hhem")[0] == checkpoint
+    return {
+        "judge_location": "kafka",
+        "model": str(checkpoint),
+        "precision": "fp32",
+        "max_per_second": 10_000,
+        "min_scored_per_hour": 0,
+        "remote": {
+            "requests_topic": topics["requests"],
+            "results_topic": topics["results"],
+            "group_id": topics["group"],
+        },
+        **settings,
+    }
+
+
+def roles(broker: Broker, topics: dict[str, str], section: dict[str, Any]) -> dict[str, Any]:
+    """The sections sidecars (one trace group) and scorers share, as one file would."""
+    kafka = kafka_settings(broker.bootstrap, [topics["traces"]], feedback=topics["feedback"])
+    return {"collectors": {"kafka": kafka}, "detectors": {"faithfulness": section}}
+
+
+def start_sidecars(
+    start_sidecar: StartSidecar, sections: dict[str, Any], count: int
+) -> list[tuple[Sidecar, JudgeScores]]:
+    started = []
+    for _ in range(count):
+        scores = JudgeScores()
+        started.append((start_sidecar([scores], **sections), scores))
+    for sidecar, _ in started:  # every member joined: the group is stable before traffic
+        wait_until(functools.partial(ready, sidecar), 60)
+    return started
+
+
+def ready(sidecar: Sidecar) -> bool:
+    return all(sidecar.readiness.status().values())
+
+
+def partitions(scorer: ScorerProcess, each: int) -> bool:
+    return scorer.metric("rag_judge_scorer_partitions") == each
+
+
+def wait_partitions(scorers: Sequence[ScorerProcess], each: int) -> None:
+    for scorer in scorers:
+        wait_until(functools.partial(partitions, scorer, each), 90, 0.2)
+
+
+def traces(count: int, **fields: Any) -> list[tuple[str, bytes]]:
+    """``count`` answerable traces (an answer and a context with text) of one service."""
+    made = []
+    for i in range(count):
+        tid = trace_id()
+        record = {"trace_id": tid, "service_name": SERVICE, "query": f"question {i}",
+                  "answer": f"The parcel left on day {i % 7}.",
+                  "contexts": [{"doc_id": f"d{i}", "text": f"The parcel left on day {i % 5}."}],
+                  **fields}  # fmt: skip
+        made.append((tid, rag_trace(**record)))
+    return made
+
+
+def scorer_total(scorers: Sequence[ScorerProcess], name: str, **labels: str) -> float:
+    return sum(s.metric(name, **labels) for s in scorers)
+
+
+def published(sidecars: Sequence[tuple[Sidecar, JudgeScores]], **labels: str) -> float:
+    return sum(sample(s.registry, "rag_judge_published_total", **labels) for s, _ in sidecars)
+
+
+def test_two_sidecars_two_scorers_score_each_sampled_pair_once(
+    broker: Broker,
+    start_sidecar: StartSidecar,
+    scorers: Callable[[dict[str, Any], int], list[ScorerProcess]],
+    tmp_path: Path,
+) -> None:
+    """2,000 traces at 0.1 plus 50 thumbs-down: every sampled pair is judged once summed over
+    two scorers, republished pairs count as duplicates, and every score reaches both
+    sidecars as a JudgeScore event."""
+    topics = setup_topics(broker, 2)
+    section = faithfulness(tmp_path, topics, sample_rate=0.1)
+    sections = roles(broker, topics, section)
+    pool = scorers(sections, 2)
+    sidecars = start_sidecars(start_sidecar, sections, 2)
+    wait_partitions(pool, 2)
+    sent = traces(2000)
+    rated = {tid for tid, _ in sent if trace_fraction(tid) < 0.1}
+    disliked = [(i, tid) for i, (tid, _) in enumerate(sent) if tid not in rated][:50]
+    broker.produce(topics["traces"], [value for _, value in sent], partitions=2)
+    feedback = [orjson.dumps({"trace_id": tid, "kind": "thumbs_down"}) for _, tid in disliked]
+    for (index, _), value in zip(disliked, feedback, strict=True):  # the trace's partition
+        broker.producer.send(topics["feedback"], value=value, partition=index % 2)
+    broker.producer.flush()
+    expected = rated | {tid for _, tid in disliked}
+
+    def judged() -> float:
+        return scorer_total(pool, "rag_judge_scorer_pairs_total", outcome="judged")
+
+    wait_until(lambda: judged() >= len(expected), 120, 0.5)
+    for _, scores in sidecars:
+        wait_until(functools.partial(expected.issubset, scores.seen.keys()), 30)
+    assert published(sidecars, stratum="random", outcome="ok") == len(rated)
+    assert published(sidecars, stratum="thumbs_down", outcome="ok") == 50
+    assert judged() == len(expected)
+    assert scorer_total(pool, "rag_faithfulness_evaluations_total", outcome="scored") == len(
+        expected
+    )
+    assert all(s.metric("rag_judge_scorer_pairs_total", outcome="judged") for s in pool)
+    assert all(scores.seen.keys() == expected for _, scores in sidecars)
+
+    again = [r.value for r in broker.read(topics["requests"])[:20]]
+    broker.produce(topics["requests"], again, partitions=4)  # as a redelivery would
+    wait_until(
+        lambda: scorer_total(pool, "rag_judge_scorer_pairs_total", outcome="duplicate") == 20, 30
+    )
+    assert judged() == len(expected)
+
+
+def test_a_killed_scorer_loses_nothing_sampled(
+    broker: Broker,
+    start_sidecar: StartSidecar,
+    scorers: Callable[[dict[str, Any], int], list[ScorerProcess]],
+    tmp_path: Path,
+) -> None:
+    """kill -9 one of two scorers mid-stream: the other takes its partitions, and every
+    sampled trace is either settled at the sidecar (no_context) or published and scored."""
+    topics = setup_topics(broker, 1)
+    section = faithfulness(tmp_path, topics, sample_rate=1.0)
+    sections = roles(broker, topics, section)
+    pool = scorers(sections, 2)
+    [(sidecar, scores)] = start_sidecars(start_sidecar, sections, 1)
+    wait_partitions(pool, 2)
+    answered = traces(600)
+    without_context = traces(40, contexts=[{"doc_id": "d"}])
+    stream = answered + without_context
+    for start in range(0, len(stream), 40):
+        broker.produce(topics["traces"], [v for _, v in stream[start : start + 40]])
+        if start == 200:
+            wait_until(lambda: pool[0].metric("rag_judge_scorer_pairs_total") > 0, 30)
+            pool[0].stop(9)
+    survivor = pool[1]
+    wait_until(lambda: survivor.metric("rag_judge_scorer_partitions") == 4, 60, 0.2)
+    wanted = {tid for tid, _ in answered}
+    wait_until(lambda: wanted <= scores.seen.keys(), 120, 0.5)
+
+    registry = sidecar.registry
+    assert sample(registry, "rag_monitor_samples_total", outcome="dropped") == 0
+    no_context = sample(registry, "rag_faithfulness_evaluations_total", outcome="no_context")
+    sent = sample(registry, "rag_judge_published_total", outcome="ok")
+    assert (no_context, sent) == (40, 600)
+    results = [orjson.loads(r.value)["trace_id"] for r in broker.read(topics["results"])]
+    assert set(results) == wanted  # every published pair scored, nothing else
+    # A pair judged but not yet committed when the scorer died is judged again: one poll.
+    assert len(results) - len(wanted) <= MAX_POLL_RECORDS
+
+
+def test_four_sidecars_meet_one_floor_per_service(
+    broker: Broker,
+    start_sidecar: StartSidecar,
+    scorers: Callable[[dict[str, Any], int], list[ScorerProcess]],
+    tmp_path: Path,
+) -> None:
+    """4 sidecars at low traffic each publish floor candidates for one service; the two
+    scorers keep one service floor (100 a shortened window) between them, not 4x."""
+    topics = setup_topics(broker, 4)
+    # 18,000 an hour is 100 in the 20 s window: the window is shortened for the test.
+    section = faithfulness(
+        tmp_path,
+        topics,
+        sample_rate=0.0001,
+        min_scored_per_hour=18_000,
+        remote={**faithfulness(tmp_path, topics)["remote"], "floor_window_s": 20},
+    )
+    sections = roles(broker, topics, section)
+    pool = scorers(sections, 2)
+    sidecars = start_sidecars(start_sidecar, sections, 4)
+    wait_partitions(pool, 2)
+    sent = traces(400)
+    broker.produce(topics["traces"], [v for _, v in sent], partitions=4)
+
+    def read() -> float:
+        return scorer_total(pool, "rag_judge_scorer_pairs_total")
+
+    wait_until(lambda: read() >= published(sidecars, outcome="ok") >= 400, 60, 0.5)
+    assert all(sample(s.registry, "rag_judge_published_total") > 0 for s, _ in sidecars)
+    judged = scorer_total(pool, "rag_judge_scorer_pairs_total", outcome="judged")
+    shed = scorer_total(pool, "rag_judge_scorer_pairs_total", outcome="floor_met")
+    again = scorer_total(pool, "rag_judge_scorer_pairs_total", outcome="duplicate")
+    random = published(sidecars, stratum="random")
+    assert 100 <= judged - random <= 110, judged
+    assert judged + shed + again == published(sidecars, outcome="ok")

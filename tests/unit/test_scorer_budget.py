@@ -1,0 +1,151 @@
+"""What a scorer keeps and sheds (the per-service floor, duplicates) and the records that
+travel between sidecars and scorers."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from detectors.faithfulness.judge import JudgePair, JudgeResult
+from detectors.faithfulness.remote import pair_record, score_from_record, stratum_of
+from detectors.faithfulness.scorer import Pair, Scorer
+from detectors.faithfulness.scorer_budget import FloorBudget, SeenTraces
+from monitor.config import Config
+from monitor.sampler import Sampled, trace_fraction
+from monitor.trace import Context, RagTrace
+from tests.conftest import sample
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def trace(trace_id: str, **fields: Any) -> RagTrace:
+    return RagTrace(trace_id=trace_id, time=datetime.now(UTC), source="kafka", **fields)
+
+
+def test_floor_candidates_are_kept_up_to_the_scorers_share_of_one_window() -> None:
+    """600 an hour in a 60 s window is 10; owning 2 of 4 partitions keeps 5, then sheds;
+    a new window keeps 5 again."""
+    clock = Clock()
+    budget = FloorBudget(600, 60, max_per_second=100, clock=clock)
+    budget.set_share(2, 4)
+    decisions = []
+    for _ in range(8):
+        decision = budget.decide("checkout", "floor")
+        decisions.append(decision)
+        if decision == "judge":
+            budget.scored("checkout")
+    assert decisions == ["judge"] * 5 + ["floor_met"] * 3
+    assert budget.decide("search", "floor") == "judge"  # its own window
+    clock.now += 60
+    assert budget.decide("checkout", "floor") == "judge"
+
+
+@pytest.mark.parametrize("stratum", ["thumbs_down", "probe"], ids=["thumbs_down", "probe"])
+def test_always_sampled_pairs_are_judged_past_the_floor_and_the_rate(stratum: str) -> None:
+    """Thumbs-down and probe pairs are judged when the floor is met and the bucket empty."""
+    budget = FloorBudget(0, 60, max_per_second=1, clock=Clock())
+    assert budget.decide("checkout", "random") == "judge"
+    assert budget.decide("checkout", "random") == "capacity"
+    assert budget.decide("checkout", "floor") == "floor_met"
+    assert budget.decide("checkout", stratum) == "judge"
+
+
+def test_seen_traces_are_bounded_and_report_repeats() -> None:
+    """A trace id seen again is a repeat until it falls out of the bound."""
+    seen = SeenTraces(2)
+    assert [seen.add(t) for t in ("a", "b", "a", "c", "b")] == [True, True, False, True, True]
+    assert ["a" in seen, "b" in seen, "c" in seen] == [False, True, True]
+
+
+@pytest.mark.parametrize(
+    ("reason", "fraction_below", "stratum"),
+    [("thumbs_down", False, "thumbs_down"), ("rate", True, "random"), ("rate", False, "floor")],
+    ids=["always", "under-sample-rate", "raised-by-floor"],
+)
+def test_stratum_says_why_the_sampler_took_the_trace(
+    reason: str, fraction_below: bool, stratum: str
+) -> None:
+    """Under sample_rate by the hash: random; taken only at the raised rate: floor."""
+    tid = "4bf92f3577b34da6a3ce929d0e0e4736"
+    rate = trace_fraction(tid) + (1e-9 if fraction_below else -1e-9)
+    assert stratum_of(Sampled(trace(tid), reason), rate) == stratum  # type: ignore[arg-type]
+
+
+def test_a_pair_round_trips_and_bad_records_are_refused() -> None:
+    """The published pair reads back as the scorer's Pair; a pair without text does not."""
+    taken = trace(
+        "t1",
+        answer=" It left Monday. ",
+        query="When?",
+        contexts=(Context("d1", text="It left Monday."), Context("d2")),
+        service_name="checkout",
+        variant="candidate",
+    )
+    record = pair_record(Sampled(taken, "rate"), "random")
+    pair = Pair.from_record(orjson.dumps(record))
+    assert (pair.premise, pair.answer, pair.question) == (
+        "It left Monday.",
+        "It left Monday.",
+        "When?",
+    )
+    assert (pair.service, pair.variant, pair.stratum) == ("checkout", "candidate", "random")
+    with pytest.raises(ValueError, match="non-empty"):
+        Pair.from_record(orjson.dumps({**record, "premise": ""}))
+    with pytest.raises(ValueError, match="outside"):
+        score_from_record(
+            orjson.dumps({"trace_id": "t", "score": 2, "threshold": 0.5, "judge": "hhem"})
+        )
+
+
+class FixedJudge:
+    """A judge at the boundary of this unit: scores by answer length, records its batches."""
+
+    name = "fixed"
+    batch_size = 2
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    def score(self, pairs: list[JudgePair]) -> list[JudgeResult]:
+        self.batches.append([p.answer for p in pairs])
+        return [JudgeResult.scored(0.25) for _ in pairs]
+
+    def close(self) -> None:
+        pass
+
+
+class Sent:
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+
+    def send(self, topic: str, key: bytes, value: bytes) -> None:
+        self.records.append(orjson.loads(value))
+
+
+def test_a_poll_is_judged_length_sorted_once_per_trace_and_published() -> None:
+    """Pairs are judged shortest first in the judge's batches, a repeat in the same poll is
+    a duplicate, an invalid record is counted, and each score is published with its variant."""
+    registry = CollectorRegistry()
+    config = Config.model_validate({"detectors": {"faithfulness": {"judge_location": "kafka"}}})
+    scorer = Scorer(config.detectors.faithfulness, config.collectors.kafka, registry)
+    pairs = [{"trace_id": f"t{n}", "premise": "p", "answer": "a" * n, "question": None,
+              "variant": "production", "service": "s", "stratum": "random"} for n in (3, 1, 2)]  # fmt: skip
+    values = [orjson.dumps(p) for p in pairs] + [orjson.dumps(pairs[0]), b"{"]
+    judge, sent = FixedJudge(), Sent()
+    scorer.handle(judge, values, sent)  # type: ignore[arg-type]
+    assert judge.batches == [["a", "aa"], ["aaa"]]
+    assert [r["trace_id"] for r in sent.records] == ["t1", "t2", "t3"]
+    assert sample(registry, "rag_judge_scorer_pairs_total", outcome="judged") == 3
+    assert sample(registry, "rag_judge_scorer_pairs_total", outcome="duplicate") == 1
+    assert sample(registry, "rag_judge_scorer_pairs_total", outcome="invalid") == 1
+    assert sample(registry, "rag_faithfulness_below_threshold_total", variant="production") == 3
