@@ -17,6 +17,7 @@ from detectors.faithfulness.hhem import (
 from detectors.faithfulness.scorer_command import SCORE
 from monitor.components import BuildContext, DetectorComponent, ModelNeed, ModelSupport
 from monitor.detector import Detector
+from monitor.extras import require_extra
 
 # What the scorer reads: the checkpoint's config.json and weights; of the foundation only
 # the T5 configuration and the tokenizer (its own ~1 GB of weights are never loaded).
@@ -25,9 +26,31 @@ FOUNDATION_FILES = ("*.json", "spiece.model")
 VERIFY_PAIR = ("The parcel left the warehouse on Monday.", "The parcel left on Monday.")
 
 
+def require_extras(config: FaithfulnessConfig, phoenix: Any) -> None:
+    """Stop before serving when what the section enables is not installed. The default
+    (HHEM inline) needs the hhem extra; the core install judges with an LLM or leaves
+    judging to the scorers."""
+    if not config.enabled:
+        return
+    if config.judge == "hhem" and config.judge_location == "inline":
+        require_extra(
+            "hhem",
+            "detectors.faithfulness (judge: hhem)",
+            "set detectors.faithfulness.judge_location: kafka (the scorers judge), "
+            "judge: openai_compatible or enabled: false",
+        )
+    if phoenix.enabled and phoenix.annotate:
+        require_extra(
+            "phoenix",
+            "collectors.phoenix (annotate: true)",
+            "set collectors.phoenix.enabled: false",
+        )
+
+
 def _build(config: FaithfulnessConfig, context: BuildContext) -> Detector:
     from detectors.faithfulness.detector import FaithfulnessDetector
 
+    require_extras(config, context.root.collectors.phoenix)
     # Annotations go to Phoenix, whose connection is a collectors setting.
     return FaithfulnessDetector(
         config,

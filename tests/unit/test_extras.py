@@ -1,0 +1,165 @@
+"""A detector or backend enabled without its extra stops the sidecar before it serves, with
+the `pip install` to run; the core dependencies carry none of the heavy distributions."""
+
+from __future__ import annotations
+
+import re
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from monitor.cli import main
+from monitor.config import load_config
+from monitor.extras import EXTRA_MODULES, MissingExtraError
+from monitor.sidecar import build_detectors
+
+ROOT = Path(__file__).resolve().parents[2]
+NO_FAITHFULNESS = {"faithfulness": {"enabled": False}}
+HHEM_INSTEAD = (
+    ", or set detectors.faithfulness.judge_location: kafka (the scorers judge), "
+    "judge: openai_compatible or enabled: false"
+)
+
+CASES = [
+    pytest.param(
+        {},
+        "torch",
+        "detectors.faithfulness (judge: hhem) needs the hhem extra: "
+        f"pip install 'rag-monitor[hhem]'{HHEM_INSTEAD} (not importable: torch)",
+        id="faithfulness-default-hhem-without-torch",
+    ),
+    pytest.param(
+        {"detectors": {"faithfulness": {"precision": "fp32"}}},
+        "onnxruntime",
+        "detectors.faithfulness (judge: hhem) needs the hhem extra: "
+        f"pip install 'rag-monitor[hhem]'{HHEM_INSTEAD} (not importable: onnxruntime)",
+        id="faithfulness-hhem-without-onnxruntime",
+    ),
+    pytest.param(
+        {"detectors": {"drift": {"backend": "alibi"}, **NO_FAITHFULNESS}},
+        "alibi_detect",
+        "detectors.drift (backend: alibi) needs the alibi extra: "
+        "pip install 'rag-monitor[alibi]', or set backend: scipy (not importable: alibi_detect)",
+        id="drift-alibi",
+    ),
+    pytest.param(
+        {"detectors": {"drift": {"embedder": "all-MiniLM-L6-v2"}, **NO_FAITHFULNESS}},
+        "transformers",
+        "detectors.drift (embedder: all-MiniLM-L6-v2) needs the embedder extra: "
+        "pip install 'rag-monitor[embedder]', or set embedder: null (traced query vectors) "
+        "(not importable: transformers)",
+        id="drift-embedder",
+    ),
+    pytest.param(
+        {
+            "collectors": {"phoenix": {"enabled": True}},
+            "detectors": {
+                "faithfulness": {
+                    "judge": "openai_compatible",
+                    "llm_judge": {"endpoint": "http://127.0.0.1:9/v1", "model": "judge"},
+                }
+            },
+        },
+        "phoenix",
+        "collectors.phoenix (annotate: true) needs the phoenix extra: "
+        "pip install 'rag-monitor[phoenix]', or set collectors.phoenix.enabled: false "
+        "(not importable: phoenix)",
+        id="phoenix-annotations",
+    ),
+]
+
+
+def _config_file(tmp_path: Path, settings: dict[str, Any]) -> Path:
+    path = tmp_path / "config.yaml"
+    service = {"service": {"state_dir": str(tmp_path / "state")}}
+    path.write_text(yaml.safe_dump({**service, **settings}), encoding="utf-8")
+    return path
+
+
+def _hide(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
+    """The modules as if their distribution were not installed (find_spec answers None)."""
+    for module in modules:
+        monkeypatch.setitem(sys.modules, module, None)
+
+
+@pytest.mark.parametrize(("settings", "hidden", "message"), CASES)
+def test_missing_extra_stops_the_build(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    settings: dict[str, Any],
+    hidden: str,
+    message: str,
+) -> None:
+    """Building the detectors fails with the extra to install and the setting to change."""
+    _hide(monkeypatch, hidden)
+    config = load_config(_config_file(tmp_path, settings), environ={})
+    with pytest.raises(MissingExtraError) as raised:
+        build_detectors(config, CollectorRegistry())
+    assert str(raised.value) == message
+
+
+def test_run_reports_the_missing_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rag-monitor run` with the default judge and no torch exits 1 naming the install."""
+    _hide(monkeypatch, "torch")
+    assert main(["run", "--config", str(_config_file(tmp_path, {}))]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "invalid configuration: detectors.faithfulness (judge: hhem) needs the hhem extra: "
+        "pip install 'rag-monitor[hhem]'"
+    ) in err
+
+
+def test_report_drift_reports_the_missing_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rag-monitor report drift` without matplotlib exits 1 naming the report extra."""
+    _hide(monkeypatch, "matplotlib")
+    out = tmp_path / "report.html"
+    argv = ["report", "drift", "--config", str(_config_file(tmp_path, {})), "--out", str(out)]
+    assert main(argv) == 1
+    assert "needs the report extra: pip install 'rag-monitor[report]'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_core_settings_build_with_every_extra_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Faithfulness off, drift on scipy without an embedder: nothing optional is needed."""
+    _hide(monkeypatch, *{module for modules in EXTRA_MODULES.values() for module in modules})
+    config = load_config(_config_file(tmp_path, {"detectors": NO_FAITHFULNESS}), environ={})
+    names = [type(detector).__name__ for detector in build_detectors(config, CollectorRegistry())]
+    assert "DriftDetector" in names
+
+
+def _distribution(requirement: str) -> str:
+    return re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower()
+
+
+def test_core_dependencies_leave_the_heavy_ones_to_extras() -> None:
+    """pyproject's core has none of the heavy distributions; each is in its named extra."""
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        project = tomllib.load(f)["project"]
+    core = {_distribution(r) for r in project["dependencies"]}
+    extras = {
+        name: {_distribution(r) for r in requirements}
+        for name, requirements in project["optional-dependencies"].items()
+    }
+    heavy = {
+        "hhem": {"torch", "transformers", "onnx", "onnxruntime"},
+        "alibi": {"alibi-detect"},
+        "phoenix": {"arize-phoenix", "pyarrow"},
+        "report": {"matplotlib"},
+    }
+    assert core.isdisjoint(set().union(*heavy.values()))
+    for extra, distributions in heavy.items():
+        assert distributions <= extras[extra], extra
+    assert project["optional-dependencies"]["all"] == [
+        "rag-monitor[hhem,llm-judge,alibi,phoenix,report]"
+    ]
