@@ -30,6 +30,7 @@ def _score(args: argparse.Namespace, config: Any) -> int:
 
     from detectors.faithfulness.judge import open_judge
     from detectors.faithfulness.scorer import Scorer
+    from monitor.extras import MissingExtraError, require_extra
     from monitor.http.endpoints import MetricsServer, Readiness
     from monitor.worker import supervisor
 
@@ -39,6 +40,14 @@ def _score(args: argparse.Namespace, config: Any) -> int:
     if not kafka.bootstrap_servers:
         print("rag-monitor score: set collectors.kafka.bootstrap_servers", file=sys.stderr)
         return 1
+    if faithfulness.judge == "hhem":
+        try:
+            require_extra(
+                "hhem", "detectors.faithfulness (judge: hhem)", "set judge: openai_compatible"
+            )
+        except MissingExtraError as exc:
+            print(f"rag-monitor score: {exc}", file=sys.stderr)
+            return 1
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

@@ -116,6 +116,23 @@ def test_run_reports_the_missing_extra(
     ) in err
 
 
+def test_score_reports_the_missing_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rag-monitor score` with the HHEM judge and no transformers exits 1 naming the hhem extra."""
+    _hide(monkeypatch, "transformers")
+    settings = {
+        "collectors": {"kafka": {"bootstrap_servers": "127.0.0.1:9"}},
+        "detectors": {"faithfulness": {"judge_location": "kafka"}},
+    }
+    assert main(["score", "--config", str(_config_file(tmp_path, settings))]) == 1
+    assert capsys.readouterr().err == (
+        "rag-monitor score: detectors.faithfulness (judge: hhem) needs the hhem extra: "
+        "pip install 'rag-monitor[hhem]', or set judge: openai_compatible "
+        "(not importable: transformers)\n"
+    )
+
+
 def test_report_drift_reports_the_missing_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
