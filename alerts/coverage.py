@@ -17,15 +17,15 @@ from pathlib import Path
 
 from monitor.components import DetectorComponent
 from monitor.config import Config, GuardrailsConfig
-from monitor.coverage import (
+from monitor.coverage import REQUEST
+from monitor.names import (
     DERIVED_DOCUMENT_IDS_TOTAL,
     FIELDS_TOTAL,
-    REQUEST,
+    MISSING_INPUTS_TOTAL,
     missing_lower_bound,
     missing_ratio,
     requests_count,
 )
-from monitor.missing import MISSING_INPUTS_TOTAL
 from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.rulekit.promql import JOB, alert, panel_rate, panel_ratio, percent, recorded_value

@@ -21,8 +21,9 @@ from alerts import coverage, health
 from alerts.rules import component_section
 from monitor.components import DetectorComponent, load_components
 from monitor.config import Config
+from monitor.names import RELEASE_FIRST_SEEN, REQUESTS_TOTAL
 from monitor.rulekit.fragments import Annotation, Panel, Row
-from monitor.rulekit.promql import JOB, PRODUCTION_VARIANT, RELEASE_FIRST_SEEN, REQUESTS_TOTAL
+from monitor.rulekit.promql import JOB, PRODUCTION_VARIANT
 
 UID = "rag-monitor"
 SCHEMA_VERSION = 39

@@ -7,6 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from monitor.config import GuardrailsConfig
+from monitor.names import (
+    KAFKA_LAG_RECORDS,
+    QUEUE_DEPTH,
+    RECORDS_TOTAL,
+    REFUSED_SPANS_TOTAL,
+    SAMPLES_TOTAL,
+    STATE_BYTES,
+    STATE_MAX_BYTES,
+    WORKER_UP,
+)
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.rulekit.promql import JOB, alert, panel_rate, sum_increase
 
@@ -20,8 +30,8 @@ def rules(guardrails: GuardrailsConfig) -> RuleFragment:
     window = guardrails.window
     up = f'up{{job="{guardrails.job}"}}'
     # skipped: a poison record that could not even be dead-lettered as a reference
-    dead = 'rag_monitor_records_total{outcome=~"dead_lettered|skipped"}'
-    dropped = 'rag_monitor_samples_total{outcome="dropped"}'
+    dead = f'{RECORDS_TOTAL}{{outcome=~"dead_lettered|skipped"}}'
+    dropped = f'{SAMPLES_TOTAL}{{outcome="dropped"}}'
     alerts = [
         alert(
             guardrails,
@@ -63,7 +73,7 @@ def rules(guardrails: GuardrailsConfig) -> RuleFragment:
         alert(
             guardrails,
             "RagMonitorWorkerDown",
-            "rag_monitor_worker_up == 0",  # exported by monitor.worker's Supervisor
+            f"{WORKER_UP} == 0",  # exported by monitor.worker's Supervisor
             severity="page",
             suspected_cause=False,
             summary="rag-monitor worker {{ $labels.worker }} died or stalled ({{ $labels.job }})",
@@ -78,14 +88,14 @@ def rules(guardrails: GuardrailsConfig) -> RuleFragment:
 
 def _bound_alerts(guardrails: GuardrailsConfig) -> list[dict[str, Any]]:
     """A bound the sidecar keeps is reached: its state budget, spans per trace."""
-    refused, window = "rag_monitor_refused_spans_total", guardrails.window
+    refused, window = REFUSED_SPANS_TOTAL, guardrails.window
     return [
         alert(
             guardrails,
             "RagMonitorStateNearFull",
             # exported by monitor.state: bytes per file of state_dir, and the budget
-            "sum by (job, instance) (rag_monitor_state_bytes)\n> on (job, instance)\n"
-            "0.9 * max by (job, instance) (rag_monitor_state_max_bytes)",
+            f"sum by (job, instance) ({STATE_BYTES})\n> on (job, instance)\n"
+            f"0.9 * max by (job, instance) ({STATE_MAX_BYTES})",
             severity="ticket",
             suspected_cause=False,
             summary="rag-monitor state_dir is over 90% of its budget ({{ $labels.job }})",
@@ -114,13 +124,13 @@ def _bound_alerts(guardrails: GuardrailsConfig) -> list[dict[str, Any]]:
 
 def rows() -> list[Row]:
     """Records by outcome, queue depth, samples shed, dead letters and Kafka lag."""
-    dead_lettered = panel_rate("rag_monitor_records_total", 'outcome="dead_lettered"')
+    dead_lettered = panel_rate(RECORDS_TOTAL, 'outcome="dead_lettered"')
     panels = [
         Panel(
             "Records by outcome",
             [
                 (
-                    panel_rate("rag_monitor_records_total", by="collector, outcome"),
+                    panel_rate(RECORDS_TOTAL, by="collector, outcome"),
                     "{{collector}} {{outcome}}",
                 )
             ],
@@ -131,7 +141,7 @@ def rows() -> list[Row]:
             "Queue depth",
             [
                 (
-                    f"max by (instance, queue) (rag_monitor_queue_depth{{{JOB}}})",
+                    f"max by (instance, queue) ({QUEUE_DEPTH}{{{JOB}}})",
                     "{{instance}} {{queue}}",
                 )
             ],
@@ -141,7 +151,7 @@ def rows() -> list[Row]:
             "Samples shed",
             [
                 (
-                    panel_rate("rag_monitor_samples_total", by="detector, outcome"),
+                    panel_rate(SAMPLES_TOTAL, by="detector, outcome"),
                     "{{detector}} {{outcome}}",
                 )
             ],
@@ -154,7 +164,7 @@ def rows() -> list[Row]:
                 (dead_lettered, "dead-lettered/s"),
                 # Per partition, so that one stalled partition shows; its owner reports it.
                 (
-                    f"max by (topic, partition) (rag_monitor_kafka_lag_records{{{JOB}}})",
+                    f"max by (topic, partition) ({KAFKA_LAG_RECORDS}{{{JOB}}})",
                     "lag {{topic}}/{{partition}}",
                 ),
             ],

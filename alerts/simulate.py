@@ -31,9 +31,9 @@ from numpy.typing import NDArray
 
 from alerts.scratch import write_openmetrics_series
 from monitor.buckets import LATENCY_BUCKETS
-from monitor.coverage import DEFAULT_INSTRUMENTATIONS, FIELDS_TOTAL
+from monitor.coverage import DEFAULT_INSTRUMENTATIONS
 from monitor.durations import parse_duration
-from monitor.rulekit.promql import REQUESTS_TOTAL
+from monitor.names import FIELDS_TOTAL, REQUESTS_TOTAL
 
 # The detectors' metric names (detectors/*/names.py): alerts imports no detector, so
 # they are spelled again here, and tests/unit/test_backtest.py holds both spellings equal.

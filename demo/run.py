@@ -34,7 +34,7 @@ from demo.service import (
     probe_and_gold,
 )
 from monitor.config import Config
-from monitor.rulekit.promql import REQUESTS_TOTAL
+from monitor.names import REQUESTS_TOTAL
 
 log = structlog.get_logger("rag_monitor.demo")
 

@@ -21,28 +21,11 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter
 
+from monitor.names import DERIVED_DOCUMENT_IDS_TOTAL, FIELDS_TOTAL
 from monitor.trace import STAGES, RagTrace
 from monitor.variants import bounded_label
 
-FIELDS_TOTAL: Final = "rag_trace_fields_total"
-DERIVED_DOCUMENT_IDS_TOTAL: Final = "rag_trace_derived_document_ids_total"
 REQUEST: Final = "request"  # the field a trace lacks when it could not be read as a request
-
-
-def missing_ratio(window: str) -> str:
-    """The recorded share of production requests without a field, per field and
-    instrumentation."""
-    return f"rag:trace_field_missing:ratio_rate{window}"
-
-
-def requests_count(window: str) -> str:
-    """The recorded requests the missing share rests on, per field and instrumentation."""
-    return f"rag:trace_fields:increase{window}"
-
-
-def missing_lower_bound(window: str) -> str:
-    """The recorded one-sided Wilson lower bound of ``missing_ratio(window)``."""
-    return f"rag:trace_field_missing:lower_bound{window}"
 
 
 # The scope names of the instrumentations the conformance suite runs (README, "Works with").

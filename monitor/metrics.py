@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from monitor.names import DETECTOR_UP, QUEUE_DEPTH, SAMPLES_TOTAL
+
 _Metric = TypeVar("_Metric", Counter, Gauge)
 _shared: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, Any]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
@@ -40,7 +42,7 @@ def detector_up(registry: CollectorRegistry) -> Gauge:
     return shared_metric(
         registry,
         Gauge,
-        "rag_monitor_detector_up",
+        DETECTOR_UP,
         "1 when the detector is working; 0 when it cannot (for example, its model is "
         "missing: the log says how to fetch it).",
         ["detector"],
@@ -53,7 +55,7 @@ def samples_counter(registry: CollectorRegistry) -> Counter:
     return shared_metric(
         registry,
         Counter,
-        "rag_monitor_samples",
+        SAMPLES_TOTAL,
         "Traces taken for an expensive detector: queued, settled inline (the detector "
         "needed no work, e.g. no evidence to score), or dropped because its queue was full "
         "or its max_per_second budget was spent.",
@@ -63,6 +65,4 @@ def samples_counter(registry: CollectorRegistry) -> Counter:
 
 def queue_depth(registry: CollectorRegistry) -> Gauge:
     """``rag_monitor_queue_depth{queue}``: items waiting in each bounded queue."""
-    return shared_metric(
-        registry, Gauge, "rag_monitor_queue_depth", "Items waiting in a queue.", ["queue"]
-    )
+    return shared_metric(registry, Gauge, QUEUE_DEPTH, "Items waiting in a queue.", ["queue"])

@@ -17,14 +17,12 @@ trace it looked at, had to do without.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter
 
 from monitor.coverage import PRESENT
 from monitor.metrics import shared_metric
-
-MISSING_INPUTS_TOTAL: Final = "rag_monitor_detector_missing_inputs_total"
+from monitor.names import MISSING_INPUTS_TOTAL
 
 
 class MissingInputs:

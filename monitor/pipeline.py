@@ -24,6 +24,18 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from monitor.coverage import DEFAULT_INSTRUMENTATIONS, FieldCoverage
 from monitor.detector import Detector
 from monitor.metrics import queue_depth
+from monitor.names import (
+    ASSEMBLED_TRACES_TOTAL,
+    DETECTOR_ERRORS_TOTAL,
+    EVENTS_TOTAL,
+    KAFKA_LAG_RECORDS,
+    LATE_SPANS_TOTAL,
+    PENDING_TRACES,
+    RECORDS_TOTAL,
+    REFUSED_SPANS_TOTAL,
+    REJECTED_SPANS_TOTAL,
+    REQUESTS_TOTAL,
+)
 from monitor.trace import Event, ExclusionOutcome, Feedback, JudgeScore, RagTrace, Source
 from monitor.variants import DEFAULT_VARIANTS, PRODUCTION, ByVariant, VariantFolding
 from monitor.worker import Worker
@@ -154,7 +166,7 @@ class PipelineMetrics:
         self.variants = VariantFolding(variants, registry)
         self.coverage = FieldCoverage(registry, instrumentations)
         requests = Counter(
-            "rag_requests_total",
+            REQUESTS_TOTAL,
             "RAG requests seen, by source and variant (service.variants).",
             ["source", "variant"],
             registry=registry,
@@ -165,14 +177,14 @@ class PipelineMetrics:
             for source in get_args(Source)
         }
         self.records = Counter(
-            "rag_monitor_records_total",
+            RECORDS_TOTAL,
             "Records (OTLP requests, Kafka records) by collector and outcome.",
             ["collector", "outcome"],
             registry=registry,
         )
         self.queue_depth = queue_depth(registry)
         traces = Counter(
-            "rag_monitor_assembled_traces_total",
+            ASSEMBLED_TRACES_TOTAL,
             "Traces emitted by span assembly: complete (root + grace), expired (TTL), "
             "evicted (over max_pending_traces); not_rag: no RAG request (index building, "
             "embedding batches, health checks), handed to no detector.",
@@ -180,36 +192,34 @@ class PipelineMetrics:
             registry=registry,
         )
         self.traces = {outcome: traces.labels(outcome) for outcome in get_args(TraceOutcome)}
-        self.pending = Gauge(
-            "rag_monitor_pending_traces", "Traces held by span assembly.", registry=registry
-        )
+        self.pending = Gauge(PENDING_TRACES, "Traces held by span assembly.", registry=registry)
         self.late_spans = Counter(
-            "rag_monitor_late_spans_total",
+            LATE_SPANS_TOTAL,
             "Spans dropped because their trace had already been emitted.",
             registry=registry,
         )
         self.refused_spans = _refused_spans(registry)
         self.rejected_spans = Counter(
-            "rag_monitor_rejected_spans_total",
+            REJECTED_SPANS_TOTAL,
             "Spans refused by validation.",
             ["collector"],
             registry=registry,
         )
         self.events = Counter(
-            "rag_monitor_events_total",
+            EVENTS_TOTAL,
             "Label, feedback, judge-score and exclusion-outcome events handed to the detectors.",
             ["type"],
             registry=registry,
         )
         self.kafka_lag = Gauge(
-            "rag_monitor_kafka_lag_records",
+            KAFKA_LAG_RECORDS,
             "Records of an assigned partition not yet processed and committed (high "
             "watermark - committed offset); each partition is reported by its owner only.",
             ["topic", "partition"],
             registry=registry,
         )
         self.detector_errors = Counter(
-            "rag_monitor_detector_errors_total",
+            DETECTOR_ERRORS_TOTAL,
             "Exceptions raised by a detector (the trace is still counted).",
             ["detector"],
             registry=registry,
@@ -222,7 +232,7 @@ class PipelineMetrics:
 def _refused_spans(registry: CollectorRegistry) -> dict[Source, Counter]:
     """The refused-span counter's one reason, bound per collector (both exist at 0)."""
     refused = Counter(
-        "rag_monitor_refused_spans_total",
+        REFUSED_SPANS_TOTAL,
         "Spans refused by span assembly, by collector and reason: max_spans_per_trace "
         "(the trace already held assembly.max_spans_per_trace spans).",
         ["collector", "reason"],

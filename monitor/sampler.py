@@ -33,6 +33,7 @@ from typing import Literal, TypeVar
 from prometheus_client import CollectorRegistry, Gauge
 
 from monitor.metrics import queue_depth, samples_counter, shared_metric
+from monitor.names import EFFECTIVE_SAMPLE_RATE
 from monitor.trace import Event, Feedback, RagTrace
 
 SampleReason = Literal["rate", "probe", "thumbs_down"]
@@ -106,7 +107,7 @@ def effective_sample_rate(registry: CollectorRegistry) -> Gauge:
     return shared_metric(
         registry,
         Gauge,
-        "rag_monitor_effective_sample_rate",
+        EFFECTIVE_SAMPLE_RATE,
         "Share of traces a sampler takes by hash now: sample_rate, raised by "
         "min_scored_per_hour at low traffic.",
         ["detector"],

@@ -24,6 +24,14 @@ from monitor.components import (
 from monitor.config import Config
 from monitor.detector import Detector
 from monitor.http.endpoints import ComponentsUp, MetricsServer, Readiness
+from monitor.names import (
+    ASSEMBLED_TRACES_TOTAL,
+    HTTP_REFUSED_TOTAL,
+    RECORDS_TOTAL,
+    REQUESTS_TOTAL,
+    WORKER_DROPPED_TOTAL,
+    WORKER_UP,
+)
 from monitor.pipeline import Pipeline, PipelineMetrics, TraceAssembly
 from monitor.worker import supervisor
 
@@ -160,11 +168,11 @@ _FILES_BESIDE_CONNECTIONS = 256
 
 # The counters a ``stopped`` line reports: sample name -> key in the line.
 _STOP_TOTALS = {
-    "rag_requests_total": "traces",
-    "rag_monitor_records_total": "records",
-    "rag_monitor_assembled_traces_total": "assembled",
-    "rag_monitor_worker_dropped_total": "dropped",
-    "rag_monitor_http_refused_total": "http_refused",
+    REQUESTS_TOTAL: "traces",
+    RECORDS_TOTAL: "records",
+    ASSEMBLED_TRACES_TOTAL: "assembled",
+    WORKER_DROPPED_TOTAL: "dropped",
+    HTTP_REFUSED_TOTAL: "http_refused",
 }
 
 
@@ -203,7 +211,7 @@ def _workers_up(registry: CollectorRegistry) -> dict[str, bool]:
     return {
         sample.labels["worker"]: sample.value == 1
         for family in supervisor(registry).collect()
-        if family.name == "rag_monitor_worker_up"
+        if family.name == WORKER_UP
         for sample in family.samples
     }
 

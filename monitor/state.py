@@ -31,6 +31,8 @@ import structlog
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from monitor.names import STATE_BYTES, STATE_MAX_BYTES, STATE_WRITE_ERRORS_TOTAL
+
 log = structlog.get_logger("rag_monitor.state")
 
 DEFAULT_STATE_MAX_BYTES = 1 << 30
@@ -186,17 +188,17 @@ class StateDir:
     @staticmethod
     def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, CounterMetricFamily]:
         size = GaugeMetricFamily(
-            "rag_monitor_state_bytes",
+            STATE_BYTES,
             "Bytes of each entry of service.state_dir (WAL and journal files included); "
             "sum them for the directory.",
             labels=["file"],
         )
         budget = GaugeMetricFamily(
-            "rag_monitor_state_max_bytes",
+            STATE_MAX_BYTES,
             "service.state_max_bytes: the budget of service.state_dir.",
         )
         errors = CounterMetricFamily(
-            "rag_monitor_state_write_errors",
+            STATE_WRITE_ERRORS_TOTAL,
             "Failed writes to service.state_dir by file and reason (disk_full, read_only, "
             "corrupt, not_a_directory, permission_denied, locked, io_error, ...).",
             labels=["file", "reason"],

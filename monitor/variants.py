@@ -22,6 +22,7 @@ from typing import Annotated, Generic, TypeVar
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import AfterValidator
 
+from monitor.names import VARIANT_FOLDED_TOTAL
 from monitor.trace import RagTrace
 
 PRODUCTION = "production"  # the variant of a trace without rag.variant: what users are served
@@ -30,7 +31,6 @@ NONE = "none"  # no value at all (a slice label; a variant is never none)
 RESERVED = frozenset({OTHER, NONE})
 DEFAULT_VARIANTS = (PRODUCTION, "shadow", "canary")
 MAX_VARIANTS = 16  # pipelines compared at once; each multiplies every guardrail series
-VARIANT_FOLDED_TOTAL = "rag_variant_folded_total"
 # Allow-list entries become label values: short, plain, and never one of the fold words.
 LABEL_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}$")
 

@@ -36,6 +36,8 @@ import structlog
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from monitor.names import WORKER_DROPPED_TOTAL, WORKER_UP
+
 log = structlog.get_logger("rag_monitor.worker")
 
 T = TypeVar("T")
@@ -328,13 +330,13 @@ class Supervisor:
     @staticmethod
     def _families() -> tuple[GaugeMetricFamily, CounterMetricFamily]:
         up = GaugeMetricFamily(
-            "rag_monitor_worker_up",
+            WORKER_UP,
             "1 while a background thread runs and beats; 0 when it died or stalled "
             "(/healthz then answers 503).",
             labels=["worker"],
         )
         dropped = CounterMetricFamily(
-            "rag_monitor_worker_dropped",
+            WORKER_DROPPED_TOTAL,
             "Items left in a worker's queue when its stop deadline passed.",
             labels=["worker"],
         )

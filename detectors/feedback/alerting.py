@@ -15,11 +15,11 @@ from detectors.feedback.names import (
     REGENERATION,
 )
 from monitor.config import GuardrailsConfig
+from monitor.names import REQUESTS_TOTAL
 from monitor.rulekit.control_band import ControlBand
 from monitor.rulekit.evidence import derivation, hold_for, window_z
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.rulekit.promql import (
-    REQUESTS_TOTAL,
     alert,
     panel_quantile,
     panel_rate,

@@ -14,6 +14,7 @@ from monitor.http.inflight import ByteBudget
 from monitor.http.limits import HttpLimits
 from monitor.http.service import HttpService
 from monitor.http.wire import Request, Response
+from monitor.names import COMPONENT_UP
 
 
 class Readiness:
@@ -53,7 +54,7 @@ class ComponentsUp:
     @staticmethod
     def _family() -> GaugeMetricFamily:
         return GaugeMetricFamily(
-            "rag_monitor_component_up",
+            COMPONENT_UP,
             "1 while a component (receiver, pipeline, worker) is ready and alive, else 0.",
             labels=["component"],
         )

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from prometheus_client import CollectorRegistry, Gauge
 
 from monitor.metrics import shared_metric
+from monitor.names import INFLIGHT_BYTES, INFLIGHT_MAX_BYTES
 
 # What decoding an OTLP request holds beyond its body, per byte of the (inflated)
 # body, while it runs: the parsed protobuf message and the decoded spans are both
@@ -50,7 +51,7 @@ class ByteBudget:
         shared_metric(
             registry,
             Gauge,
-            "rag_monitor_inflight_bytes",
+            INFLIGHT_BYTES,
             "Bytes reserved by requests in flight (bodies being read, waiting for or in "
             "a handler, and their decoding), by budget.",
             ["budget"],
@@ -58,7 +59,7 @@ class ByteBudget:
         shared_metric(
             registry,
             Gauge,
-            "rag_monitor_inflight_max_bytes",
+            INFLIGHT_MAX_BYTES,
             "The budget of bytes in flight: past it new requests are refused (503, "
             "RESOURCE_EXHAUSTED).",
             ["budget"],

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from monitor.config import HttpListener
 from monitor.metrics import shared_metric
+from monitor.names import HTTP_REFUSED_TOTAL
 
 
 def refused_counter(registry: CollectorRegistry) -> Counter:
@@ -17,7 +18,7 @@ def refused_counter(registry: CollectorRegistry) -> Counter:
     return shared_metric(
         registry,
         Counter,
-        "rag_monitor_http_refused",
+        HTTP_REFUSED_TOTAL,
         "Connections closed and requests refused by an HTTP server itself, before a "
         "handler saw them, by reason (max_connections, idle_evicted, idle_timeout, "
         "header_timeout, body_timeout, write_timeout, header_too_large, bad_request, "

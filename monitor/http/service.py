@@ -52,6 +52,7 @@ from monitor.http.wire import (
     parse_head,
 )
 from monitor.metrics import shared_metric
+from monitor.names import HTTP_CONNECTIONS
 
 log = structlog.get_logger("rag_monitor.http")
 
@@ -91,9 +92,9 @@ class HttpService:
         # Connections waiting for their next request, longest-waiting first.
         self._idle: OrderedDict[asyncio.WriteTransport, None] = OrderedDict()
         self._hung_up: set[asyncio.WriteTransport] = set()  # answered, to linger then close
-        shared_metric(
-            registry, Gauge, "rag_monitor_http_connections", "Open connections.", ["server"]
-        ).labels(name).set_function(lambda: len(self._connections))
+        shared_metric(registry, Gauge, HTTP_CONNECTIONS, "Open connections.", ["server"]).labels(
+            name
+        ).set_function(lambda: len(self._connections))
         self._in_flight = 0  # requests handed to a handler and not yet answered
         self._draining = False
         self._handler_failed = False

@@ -17,14 +17,9 @@ from typing import Any, Literal
 
 from monitor.config import GuardrailsConfig
 from monitor.durations import parse_duration
+from monitor.names import RELEASE_FIRST_SEEN
 
 Severity = Literal["page", "ticket"]
-
-# The pipeline's request counter (monitor.pipeline), the denominator of per-request ratios.
-REQUESTS_TOTAL = "rag_requests_total"
-# The release detector's gauge (detectors/release), spelled here because every guardrail
-# alert's triage annotation reads it: when a replica first saw a service.version.
-RELEASE_FIRST_SEEN = "rag_release_first_seen_timestamp_seconds"
 
 # The variant of the traffic users are served (monitor.variants.PRODUCTION); guardrails
 # judge only it, so shadow or canary traffic never fires a production alert.

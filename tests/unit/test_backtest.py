@@ -24,7 +24,7 @@ from detectors.filter_exclusion import names as filter_exclusion
 from detectors.latency import names as latency
 from monitor.buckets import LATENCY_BUCKETS
 from monitor.cli import main
-from monitor.coverage import FIELDS_TOTAL
+from monitor.names import FIELDS_TOTAL
 
 DAY_S = 86_400
 

@@ -1,13 +1,17 @@
 """Imports go one way: the core imports no component; components import only the core; the
-demo, an application on top, imports the core and the rules ``alerts`` generates."""
+demo, an application on top, imports the core and the rules ``alerts`` generates. Modules
+and functions stay small, and the core's metric names are spelled once."""
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from monitor import names
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("monitor", "collectors", "detectors", "alerts", "demo")
@@ -109,3 +113,80 @@ def test_modules_and_functions_stay_small() -> None:
                     if length >= 80:
                         too_long.append(f"{name}:{node.lineno} {node.name}: {length} lines")
     assert too_long == []
+
+
+PROSE_KEYWORDS = ("description", "help", "hint", "note")
+
+
+def _code_strings(source: str) -> Iterator[tuple[int, str]]:
+    """Every string literal of ``source`` (f-strings' fixed parts too) but its prose, which
+    may name a metric: docstrings, ``description=`` / ``help=`` texts and log lines'
+    ``hint=`` / ``note=``."""
+    tree = ast.parse(source)
+    prose: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                prose.add(id(first.value))
+        elif isinstance(node, ast.keyword) and node.arg in PROSE_KEYWORDS:
+            prose.update(id(part) for part in ast.walk(node.value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
+            yield node.lineno, node.value
+
+
+def _core_name_pattern() -> re.Pattern[str]:
+    """Any metric name ``monitor/names.py`` spells, a counter with or without ``_total``."""
+    spelled = [value for key, value in vars(names).items() if key.isupper()]
+    bases = sorted({name.removesuffix("_total") for name in spelled}, key=len, reverse=True)
+    return re.compile(rf"(?<![\w:])(?:{'|'.join(map(re.escape, bases))})(?:_total)?(?!\w)")
+
+
+def _spellings(source: str) -> list[tuple[int, str]]:
+    pattern = _core_name_pattern()
+    return [
+        (line, found[0]) for line, text in _code_strings(source) if (found := pattern.search(text))
+    ]
+
+
+def test_core_metric_names_are_spelled_only_in_monitor_names() -> None:
+    """No module but monitor/names.py spells a core metric name in code (prose may name it)."""
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path == ROOT / "monitor" / "names.py":
+                continue
+            for line, name in _spellings(path.read_text(encoding="utf-8")):
+                found.append(f"{path.relative_to(ROOT)}:{line}: {name}")
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    ("source", "spelled"),
+    [
+        ('METRIC = "rag_requests_total"\n', [(1, "rag_requests_total")]),
+        ('Counter("rag_monitor_records", "help")\n', [(1, "rag_monitor_records")]),
+        ("q = f'sum(rag_monitor_queue_depth{{{JOB}}})'\n", [(1, "rag_monitor_queue_depth")]),
+        ('"""Counts rag_requests_total."""\n', []),
+        ('Field(1, description="watched by rag_monitor_state_bytes")\n', []),
+        ('log.warning("x", hint="counted in rag_monitor_records_total")\n', []),
+        ('LOGGER = "rag_monitor.pipeline"\n', []),
+        ('OTHER = "rag_requests_total_by_model"\n', []),
+        ('RULE = "rag:rag_requests_total:rate5m"\n', []),
+    ],
+    ids=[
+        "constant",
+        "counter without _total",
+        "f-string",
+        "docstring",
+        "description",
+        "log hint",
+        "logger name",
+        "longer name",
+        "recording rule",
+    ],
+)
+def test_the_name_check_itself(source: str, spelled: list[tuple[int, str]]) -> None:
+    """The check finds a core name in code and f-strings, not in prose or other names."""
+    assert _spellings(source) == spelled

@@ -35,7 +35,7 @@ from detectors.slices.config import SlicesConfig
 from detectors.slices.detector import SlicesDetector
 from monitor.components import load_components
 from monitor.config import Config
-from monitor.missing import MISSING_INPUTS_TOTAL
+from monitor.names import MISSING_INPUTS_TOTAL
 from monitor.sidecar import build_detectors
 from monitor.trace import STAGES, Context, Event, ExclusionOutcome, Label, RagTrace, Usage
 from tests.conftest import sample

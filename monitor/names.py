@@ -1,0 +1,74 @@
+"""Metric and recording-rule names of the core: the one spelling the sidecar's own metrics,
+the rule kit, the rules and panels of ``alerts/`` and the demo share. Counters are spelled
+with ``_total``, as PromQL reads them (prometheus_client drops the suffix when it registers
+one and writes it back on every sample)."""
+
+from __future__ import annotations
+
+# --- the pipeline (monitor/pipeline.py) --------------------------------------------------
+
+# RAG requests by source and variant: the denominator of every per-request ratio.
+REQUESTS_TOTAL = "rag_requests_total"
+RECORDS_TOTAL = "rag_monitor_records_total"  # by collector and outcome
+ASSEMBLED_TRACES_TOTAL = "rag_monitor_assembled_traces_total"  # by outcome
+PENDING_TRACES = "rag_monitor_pending_traces"  # gauge
+LATE_SPANS_TOTAL = "rag_monitor_late_spans_total"
+REFUSED_SPANS_TOTAL = "rag_monitor_refused_spans_total"  # by collector and reason
+REJECTED_SPANS_TOTAL = "rag_monitor_rejected_spans_total"  # by collector
+EVENTS_TOTAL = "rag_monitor_events_total"  # by type
+KAFKA_LAG_RECORDS = "rag_monitor_kafka_lag_records"  # gauge, by topic and partition
+DETECTOR_ERRORS_TOTAL = "rag_monitor_detector_errors_total"  # by detector
+VARIANT_FOLDED_TOTAL = "rag_variant_folded_total"  # monitor/variants.py
+
+# --- what the monitor can see (monitor/coverage.py, monitor/missing.py) -----------------
+
+FIELDS_TOTAL = "rag_trace_fields_total"  # by field, present and instrumentation
+DERIVED_DOCUMENT_IDS_TOTAL = "rag_trace_derived_document_ids_total"  # by instrumentation
+MISSING_INPUTS_TOTAL = "rag_monitor_detector_missing_inputs_total"  # by detector and field
+
+
+def missing_ratio(window: str) -> str:
+    """The recorded share of production requests without a field, per field and
+    instrumentation."""
+    return f"rag:trace_field_missing:ratio_rate{window}"
+
+
+def requests_count(window: str) -> str:
+    """The recorded requests the missing share rests on, per field and instrumentation."""
+    return f"rag:trace_fields:increase{window}"
+
+
+def missing_lower_bound(window: str) -> str:
+    """The recorded one-sided Wilson lower bound of ``missing_ratio(window)``."""
+    return f"rag:trace_field_missing:lower_bound{window}"
+
+
+# --- detectors, samplers, queues and workers (monitor/metrics.py, sampler.py, worker.py) --
+
+DETECTOR_UP = "rag_monitor_detector_up"  # gauge, by detector
+SAMPLES_TOTAL = "rag_monitor_samples_total"  # by detector and outcome
+EFFECTIVE_SAMPLE_RATE = "rag_monitor_effective_sample_rate"  # gauge, by detector
+QUEUE_DEPTH = "rag_monitor_queue_depth"  # gauge, by queue
+WORKER_UP = "rag_monitor_worker_up"  # gauge, by worker
+WORKER_DROPPED_TOTAL = "rag_monitor_worker_dropped_total"  # by worker
+COMPONENT_UP = "rag_monitor_component_up"  # gauge, by component (monitor/http/endpoints.py)
+
+# --- HTTP serving (monitor/http/) -------------------------------------------------------
+
+HTTP_REFUSED_TOTAL = "rag_monitor_http_refused_total"  # by server and reason
+HTTP_CONNECTIONS = "rag_monitor_http_connections"  # gauge, by server
+INFLIGHT_BYTES = "rag_monitor_inflight_bytes"  # gauge, by budget
+INFLIGHT_MAX_BYTES = "rag_monitor_inflight_max_bytes"  # gauge, by budget
+
+# --- the state directory (monitor/state.py) ---------------------------------------------
+
+STATE_BYTES = "rag_monitor_state_bytes"  # gauge, by file
+STATE_MAX_BYTES = "rag_monitor_state_max_bytes"  # gauge
+STATE_WRITE_ERRORS_TOTAL = "rag_monitor_state_write_errors_total"  # by file and reason
+
+# --- read by the core, declared by a detector --------------------------------------------
+
+# The release detector's gauge (detectors/release), spelled here because every guardrail
+# alert's triage annotation reads it (monitor.rulekit.promql.triage): when a replica first
+# saw a service.version.
+RELEASE_FIRST_SEEN = "rag_release_first_seen_timestamp_seconds"
