@@ -17,7 +17,7 @@ from detectors.faithfulness.hhem import (
 from detectors.faithfulness.scorer_command import SCORE
 from monitor.components import BuildContext, DetectorComponent, ModelNeed, ModelSupport
 from monitor.detector import Detector
-from monitor.extras import require_extra
+from monitor.extras import missing_modules, require_extra
 
 # What the scorer reads: the checkpoint's config.json and weights; of the foundation only
 # the T5 configuration and the tokenizer (its own ~1 GB of weights are never loaded).
@@ -107,8 +107,10 @@ def load_model(config: FaithfulnessConfig) -> None:
 
 
 def missing_models(config: FaithfulnessConfig) -> list[str]:
-    """The model (or its foundation) that is neither a directory nor in the local cache."""
-    if not config.enabled or config.judge != "hhem":
+    """The model (or its foundation) that is neither a directory nor in the local cache.
+    None without the hhem extra: resolving needs its hub client, and the sidecar's build
+    names the extra to install."""
+    if not config.enabled or config.judge != "hhem" or missing_modules("hhem"):
         return []
     try:
         read_checkpoint(config.model)

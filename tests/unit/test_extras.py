@@ -145,6 +145,21 @@ def test_report_drift_reports_the_missing_extra(
     assert not out.exists()
 
 
+def test_missing_models_leaves_hhem_to_the_build_without_its_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's missing-model check imports no hub client without the extra (the build names it)."""
+    from detectors.faithfulness.component import COMPONENT
+
+    assert COMPONENT.models is not None
+    config = load_config(_config_file(tmp_path, {}), environ={}).detectors.faithfulness
+    directory = str(tmp_path / "no-model")
+    config = config.model_copy(update={"model": directory})
+    assert COMPONENT.models.missing(config) == [directory]
+    _hide(monkeypatch, "torch")
+    assert COMPONENT.models.missing(config) == []
+
+
 def test_core_settings_build_with_every_extra_missing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
