@@ -19,7 +19,7 @@ from monitor.durations import parse_duration
 
 if TYPE_CHECKING:  # numpy and the rest load only when a backtest runs: --help stays fast
     from alerts.backtest import AlertSummary, Window
-    from alerts.simulate import Incident, World
+    from alerts.simulate import Incident, SimulatedEvaluation, World
 
 _STAGE = re.compile(r'stage="(\w+)"')
 # The fields the coverage ticket watches: field=~"answer|contexts|..." in its recordings.
@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KIND:START:DURATION",
-        help="with --simulate: faithfulness, regeneration, false_exclusion, latency or all "
+        help="with --simulate: faithfulness, regeneration, false_exclusion, latency, "
+        "coverage, evaluation (each configured evaluation's score 0.9 -> 0.6) or all "
         "(comma-separated), from START after the world's start (a Monday 00:00 UTC), "
         "e.g. all:8d14h:6h; repeatable",
     )
@@ -134,10 +135,27 @@ def simulated_world(
         min_scored_per_hour=float(getattr(faithfulness, "min_scored_per_hour", 0) or 0),
         stages=tuple(sorted({"total", *_STAGE.findall(exprs)})),
         fields=tuple(sorted({f for found in _FIELDS.findall(exprs) for f in found.split("|")})),
+        evaluations=simulated_evaluations(config),
         incidents=incidents,
         seed=args.seed,
         job=config.guardrails.job,
     )
+
+
+def simulated_evaluations(config: Config) -> tuple[SimulatedEvaluation, ...]:
+    """The evaluations ``detectors.evaluations`` configures, as the simulator judges them."""
+    from alerts.simulate import SimulatedEvaluation
+
+    section = getattr(config.detectors, "evaluations", None)
+    simulated = []
+    for name, rule in getattr(section, "evaluations", {}).items():
+        if rule.score_max is not None:
+            simulated.append(SimulatedEvaluation(name, rule.sample_rate, score_max=rule.score_max))
+        elif rule.score_min is not None:
+            simulated.append(SimulatedEvaluation(name, rule.sample_rate, score_min=rule.score_min))
+        else:
+            simulated.append(SimulatedEvaluation(name, rule.sample_rate))
+    return tuple(simulated)
 
 
 def read_counters(url: str, document: dict[str, Any], window: Window, path: Path) -> None:

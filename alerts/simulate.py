@@ -8,7 +8,11 @@ answers, false exclusion 0.01 of one labelled query a minute, regeneration 0.05 
 the requests, total latency lognormal with p95 1.2 s, and 0.01 of the requests lack
 each field the coverage ticket watches (questions nothing was retrieved for; a
 ``coverage`` incident leaves every request without contexts, as an instrumentation
-the mapping cannot read does). The faithfulness sampler
+the mapping cannot read does). Each configured evaluation (``detectors.evaluations``)
+judges its ``sample_rate`` of the requests with a score normal around 0.9 (sd 0.1; an
+``evaluation`` incident drops it to 0.6), 1% of them errors; a result passes a
+``score_min`` rule at or above it, a ``score_max`` rule when ``1 - score`` is at or
+below it, a ``labels`` rule as at 0.7. The faithfulness sampler
 scores ``sample_rate`` of the requests, raised to ``min_scored_per_hour`` (when the
 config has that floor) from the previous hour's traffic, and at most
 ``max_per_second``. Every draw comes from one seeded generator, so a world is the
@@ -43,8 +47,11 @@ FEEDBACK_EVENTS_TOTAL = "rag_feedback_events_total"
 ELIGIBLE_QUERIES_TOTAL = "rag_filter_eligible_queries_total"
 FALSE_EXCLUSIONS_TOTAL = "rag_filter_false_exclusions_total"
 STAGE_LATENCY_SECONDS = "rag_stage_latency_seconds"
+EVALUATION_RESULTS_TOTAL = "rag_evaluation_results_total"
 
-IncidentKind = Literal["faithfulness", "regeneration", "false_exclusion", "latency", "coverage"]
+IncidentKind = Literal[
+    "faithfulness", "regeneration", "false_exclusion", "latency", "coverage", "evaluation"
+]
 INCIDENT_KINDS: tuple[IncidentKind, ...] = get_args(IncidentKind)
 STEP_S = 60  # the world's scrape interval: every counter is sampled once a minute
 TROUGH_SHARE = 1 / 20  # the night trough's traffic over the day peak's
@@ -68,6 +75,7 @@ class Rates:
     total_p95_s: float = HEALTHY_P95_S
     contexts_missing: float = 0.01  # the share of requests without contexts
     field_missing: float = 0.01  # the same for each other watched field
+    evaluation_score: float = 0.9  # the mean score of every simulated evaluation
 
 
 HEALTHY = Rates()
@@ -78,7 +86,11 @@ INCIDENT_RATES: dict[IncidentKind, dict[str, float]] = {
     "false_exclusion": {"false_exclusion": 0.06},
     "latency": {"total_p95_s": INCIDENT_P95_S},
     "coverage": {"contexts_missing": 1.0},
+    "evaluation": {"evaluation_score": 0.6},
 }
+EVALUATION_SCORE_SD = 0.1
+EVALUATION_ERROR_SHARE = 0.01
+LABEL_THRESHOLD = 0.7  # where a labels rule's verdict turns, on the simulated score
 # The instrumentation scope of the simulated requests.
 SIMULATED_INSTRUMENTATION = DEFAULT_INSTRUMENTATIONS[0]
 
@@ -110,6 +122,26 @@ class Incident:
 
 
 @dataclass(frozen=True)
+class SimulatedEvaluation:
+    """One configured evaluation: its name, the share of requests it judges, and where a
+    result passes (``score_min``; ``score_max`` of ``1 - score``)."""
+
+    name: str
+    sample_rate: float
+    score_min: float = LABEL_THRESHOLD
+    score_max: float | None = None
+
+    def pass_share(self, mean: NDArray[np.float64]) -> NDArray[np.float64]:
+        """The share of judged results that pass at each minute's mean score."""
+        cdf = np.vectorize(NormalDist().cdf)
+        if self.score_max is not None:
+            share: NDArray[np.float64] = cdf((self.score_max - (1 - mean)) / EVALUATION_SCORE_SD)
+        else:
+            share = 1 - cdf((self.score_min - mean) / EVALUATION_SCORE_SD)
+        return share
+
+
+@dataclass(frozen=True)
 class World:
     """What to simulate: traffic, the sampler as configured, incidents, the seed."""
 
@@ -120,6 +152,7 @@ class World:
     min_scored_per_hour: float = 0.0
     stages: tuple[str, ...] = ("total",)
     fields: tuple[str, ...] = ()  # what the coverage ticket watches (monitor.coverage)
+    evaluations: tuple[SimulatedEvaluation, ...] = ()  # detectors.evaluations
     incidents: Sequence[Incident] = ()
     seed: int = 0
     job: str = "rag-monitor"
@@ -223,7 +256,26 @@ def simulate(world: World) -> Samples:
         field = {**base, "field": name, "instrumentation": SIMULATED_INSTRUMENTATION}
         samples.add(FIELDS_TOTAL, {**field, "present": "false"}, missing)
         samples.add(FIELDS_TOTAL, {**field, "present": "true"}, requests - missing)
+    for evaluation in world.evaluations:
+        passing = evaluation.pass_share(rates["evaluation_score"])
+        judged = rng.binomial(requests, evaluation.sample_rate)
+        add_evaluation(samples, {**labels, "evaluation": evaluation.name}, judged, passing, rng)
     return samples
+
+
+def add_evaluation(
+    samples: Samples,
+    labels: dict[str, str],
+    judged: NDArray[np.int64],
+    pass_share: NDArray[np.float64],
+    rng: np.random.Generator,
+) -> None:
+    """An evaluation's results by outcome from those it judged, 1% of them errors."""
+    errors = rng.binomial(judged, EVALUATION_ERROR_SHARE)
+    passed = rng.binomial(judged - errors, pass_share)
+    outcomes = (("pass", passed), ("fail", judged - errors - passed), ("error", errors))
+    for outcome, counts in outcomes:
+        samples.add(EVALUATION_RESULTS_TOTAL, {**labels, "outcome": outcome}, counts)
 
 
 def add_latency(

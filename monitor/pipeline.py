@@ -36,7 +36,15 @@ from monitor.names import (
     REJECTED_SPANS_TOTAL,
     REQUESTS_TOTAL,
 )
-from monitor.trace import Event, ExclusionOutcome, Feedback, JudgeScore, RagTrace, Source
+from monitor.trace import (
+    EvaluationResult,
+    Event,
+    ExclusionOutcome,
+    Feedback,
+    JudgeScore,
+    RagTrace,
+    Source,
+)
 from monitor.variants import DEFAULT_VARIANTS, PRODUCTION, ByVariant, VariantFolding
 from monitor.worker import Worker
 
@@ -251,6 +259,8 @@ def _event_type(event: Event) -> str:
         return "feedback"
     if isinstance(event, ExclusionOutcome):
         return "exclusion_outcome"
+    if isinstance(event, EvaluationResult):
+        return "evaluation_result"
     return "judge_score" if isinstance(event, JudgeScore) else "label"
 
 

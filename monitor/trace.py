@@ -96,6 +96,28 @@ def _empty() -> Mapping[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class EvaluationResult:
+    """One evaluator's verdict on a request: the OpenTelemetry ``gen_ai.evaluation.result``
+    event, or an OpenInference annotation or EVALUATOR span (detectors/evaluations).
+
+    Inside a ``RagTrace`` it belongs to that trace; sent on its own (a log record, a span
+    that arrived after its request) it is an event naming its request by ``trace_id`` or
+    ``response_id``. ``name`` is None when the producer sent none, and ``score`` None when
+    it sent none or a non-finite one: the detector counts both as errors, never drops them.
+    ``explanation`` may quote production text: it is kept for nothing but the record.
+    """
+
+    name: Id | None = None
+    score: Finite | None = None
+    label: Annotated[str, StringConstraints(max_length=256)] | None = None
+    explanation: str | None = None
+    error_type: Annotated[str, StringConstraints(max_length=256)] | None = None
+    response_id: Id | None = None
+    trace_id: TraceId | None = None
+    span_id: Id | None = None  # the evaluated span, when the producer names it
+
+
+@dataclass(frozen=True, slots=True)
 class Context:
     """A chunk supplied to the generator."""
 
@@ -164,6 +186,9 @@ class RagTrace:
     # The OpenTelemetry instrumentation scope of the request span (``opentelemetry.
     # instrumentation.langchain``, ...): field coverage is counted per instrumentation.
     instrumentation: ReleaseAttribute | None = None
+    # Evaluators' verdicts carried inside the request's spans (span events, annotations,
+    # EVALUATOR spans); detectors/evaluations counts them. Empty in older records.
+    evaluations: Annotated[tuple[EvaluationResult, ...], _JsonArray(max_length=256)] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,4 +234,4 @@ class ExclusionOutcome:
     excluded: bool
 
 
-Event = Label | Feedback | JudgeScore | ExclusionOutcome
+Event = Label | Feedback | JudgeScore | ExclusionOutcome | EvaluationResult

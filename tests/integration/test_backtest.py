@@ -32,7 +32,16 @@ SIGNALS = {
     "regeneration": "RagRegeneration",
     "false_exclusion": "RagFilterFalseExclusion",
     "coverage": "RagTraceFieldMissing",  # issue 24: contexts the mapping cannot read
+    "evaluation": "RagEvaluationFailing",  # issue 28: an evaluator's verdicts
 }
+# A Ragas-style evaluator (issue 28): 2% of the requests judged by answer_relevancy,
+# passing at a score of 0.7, against the section's default guardrail (90% pass, page).
+RAGAS_CONFIG = """
+detectors:
+  evaluations:
+    evaluations:
+      answer_relevancy: {score_min: 0.7, sample_rate: 0.02}
+"""
 
 
 def backtest(*arguments: str) -> dict[str, Any]:
@@ -110,6 +119,24 @@ def test_incident_at_the_night_trough_fires_in_time(requests_per_day: int) -> No
         if (minutes_to_fire(report, signal) or float("inf")) > 60
     }
     assert late == {}, f"minutes to fire (None: not within the incident): {late}"
+
+
+def test_ragas_style_evaluation_pages_on_a_drop_and_stays_quiet_when_healthy(
+    tmp_path: Path,
+) -> None:
+    """At 272k requests a day, 2% judged by answer_relevancy: its mean score falling from
+    0.9 to 0.6 at 14:00 fires RagEvaluationFailing within 60 minutes; two healthy weeks
+    page at most 0.5 times a week."""
+    config = tmp_path / "monitor.yaml"
+    config.write_text(RAGAS_CONFIG)
+    options = ("--config", str(config), "--simulate", "--requests-per-day", "272000")
+    drop = backtest(*options, "--evaluate", "1d", "--incident", "evaluation:7d14h:2h")
+    minutes = minutes_to_fire(drop, "evaluation")
+    assert (minutes or float("inf")) <= 60, f"minutes to fire (None: not at all): {minutes}"
+    healthy = backtest(*options)
+    rows = [row for row in healthy["alerts"] if row["alert"] == "RagEvaluationFailing"]
+    assert rows, "RagEvaluationFailing is in the rules the backtest evaluated"
+    assert all(row["firings_per_week"] <= FALSE_ALERTS_PER_WEEK["page"] for row in rows), rows
 
 
 def test_prometheus_mode_replays_what_a_prometheus_holds(tmp_path: Path) -> None:

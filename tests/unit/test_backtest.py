@@ -14,10 +14,12 @@ from alerts.simulate import (
     HEALTHY_P95_S,
     TROUGH_SHARE,
     Incident,
+    SimulatedEvaluation,
     World,
     diurnal_expected,
     simulate,
 )
+from detectors.evaluations import names as evaluations
 from detectors.faithfulness import names as faithfulness
 from detectors.feedback import names as feedback
 from detectors.filter_exclusion import names as filter_exclusion
@@ -56,6 +58,7 @@ def counter(world_samples: object, name: str, **labels: str) -> np.ndarray:
         (world_names.ELIGIBLE_QUERIES_TOTAL, filter_exclusion.ELIGIBLE_QUERIES_TOTAL),
         (world_names.FALSE_EXCLUSIONS_TOTAL, filter_exclusion.FALSE_EXCLUSIONS_TOTAL),
         (world_names.STAGE_LATENCY_SECONDS, latency.STAGE_LATENCY_SECONDS),
+        (world_names.EVALUATION_RESULTS_TOTAL, evaluations.RESULTS_TOTAL),
     ],
     ids=str,
 )
@@ -206,7 +209,35 @@ def test_incident_all_is_every_kind() -> None:
         "false_exclusion",
         "latency",
         "coverage",
+        "evaluation",
     }
+
+
+def test_evaluation_incident_drops_the_pass_share_of_a_sampled_evaluation() -> None:
+    """answer_relevancy at 2% of the requests: about 98% of the judged pass at a mean score
+    of 0.9 (threshold 0.7, sd 0.1), about 16% during an evaluation incident (mean 0.6);
+    1% of the judged are errors, and the judged are about 2% of the requests."""
+    evaluation = SimulatedEvaluation("answer_relevancy", 0.02, score_min=0.7)
+    samples = simulate(world(incidents=[Incident.parse("evaluation:1d:1d")],
+                             evaluations=(evaluation,)))  # fmt: skip
+    requests = np.diff(counter(samples, "rag_requests_total"), prepend=0)
+
+    def results(outcome: str) -> np.ndarray:
+        name = evaluations.RESULTS_TOTAL
+        return np.diff(counter(samples, name, evaluation="answer_relevancy", outcome=outcome),
+                       prepend=0)  # fmt: skip
+
+    passed, failed, errors = results("pass"), results("fail"), results("error")
+    before, during = slice(0, 1440), slice(1440, 2880)
+    judged = passed + failed + errors
+    assert judged.sum() / requests.sum() == pytest.approx(0.02, abs=0.002)
+    assert errors.sum() / judged.sum() == pytest.approx(0.01, abs=0.004)
+
+    def pass_share(part: slice) -> float:
+        return float(passed[part].sum() / (passed[part].sum() + failed[part].sum()))
+
+    assert pass_share(before) == pytest.approx(0.977, abs=0.01)
+    assert pass_share(during) == pytest.approx(0.159, abs=0.03)
 
 
 def test_coverage_incident_leaves_requests_without_contexts() -> None:

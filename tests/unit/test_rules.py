@@ -40,10 +40,11 @@ STABLE_ALERTS = {
     "RagMonitorStateNearFull",
     "RagMonitorTraceTooLarge",
     "RagTraceFieldMissing",  # issue 24: a field an enabled detector reads is missing
+    "RagEvaluationFailing",  # issue 28: an evaluator's pass share below its guardrail
 }
 DETECTORS = [
-    "latency", "release", "cost", "feedback", "slices", "faithfulness", "filter_exclusion",
-    "drift", "review", "shadow",
+    "latency", "release", "cost", "feedback", "slices", "faithfulness", "evaluations",
+    "filter_exclusion", "drift", "review", "shadow",
 ]  # fmt: skip
 WITHOUT_RULES = {"release", "shadow"}  # release: its gauge feeds every guardrail alert's
 # suspected_cause; shadow: a shadow serves no user, its deltas feed `report shadow`

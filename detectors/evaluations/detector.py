@@ -1,0 +1,123 @@
+"""Evaluators' verdicts counted per evaluation, outcome and variant
+(``rag_evaluation_results_total``), their finite scores in ``rag_evaluation_score``.
+
+A result inside a trace (a span event, an annotation, an EVALUATOR span) counts under
+that trace's variant. A result sent on its own (a log record, a late span) names its
+request by trace id or ``gen_ai.response.id``: it counts under the variant of the recent
+trace it names, and under production, counted as unmatched, when this replica has not
+seen that trace lately (another replica may have, or it aged out of the bounded map).
+
+Every label value is bounded: an evaluation is a configured name, ``other`` (counted in
+``rag_evaluation_folded_total``) or ``none`` when the producer sent no name; the outcome
+is pass, fail, or error (the producer's ``error.type``, no name, or no finite score or
+label where the pass rule needs one).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import ClassVar, Literal
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from detectors.evaluations.config import EvaluationRule, EvaluationsConfig
+from detectors.evaluations.names import FOLDED_TOTAL, RESULTS_TOTAL, SCORE, UNMATCHED_TOTAL
+from monitor.detector import InlineDetector
+from monitor.trace import EvaluationResult, Event, RagTrace
+from monitor.variants import NONE, OTHER, PRODUCTION, bounded_label, variant_of
+
+Outcome = Literal["pass", "fail", "error"]
+# Scores on a 0..1 scale (Ragas, DeepEval, Phoenix) and on 1..10 ones (LLM-judge rubrics).
+SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 2, 3, 4, 5, 7, 10)
+
+
+def outcome(result: EvaluationResult, rule: EvaluationRule | None) -> Outcome:
+    """Whether ``result`` passes ``rule``; error when it cannot be judged by it."""
+    if result.error_type or not result.name or rule is None:
+        return "error"
+    if rule.labels is not None:
+        if result.label is None:
+            return "error"
+        return "pass" if result.label in rule.labels else "fail"
+    if result.score is None or not math.isfinite(result.score):
+        return "error"
+    if rule.score_min is not None:
+        return "pass" if result.score >= rule.score_min else "fail"
+    assert rule.score_max is not None  # the config holds exactly one pass rule
+    return "pass" if result.score <= rule.score_max else "fail"
+
+
+class EvaluationsDetector(InlineDetector):
+    """Counts evaluation results by name, outcome and variant."""
+
+    name: ClassVar[str] = "evaluations"
+
+    def __init__(self, config: EvaluationsConfig, registry: CollectorRegistry) -> None:
+        self._config = config
+        self._allowed = frozenset(config.evaluations)
+        self._results = Counter(
+            RESULTS_TOTAL,
+            "Evaluation results by evaluation (a configured name, other or none), outcome "
+            "(pass, fail, error) and variant.",
+            ["evaluation", "outcome", "variant"],
+            registry=registry,
+        )
+        for name in (*config.evaluations, OTHER, NONE):
+            for result in ("pass", "fail", "error"):
+                self._results.labels(name, result, PRODUCTION)
+        self._scores = Histogram(
+            SCORE,
+            "Finite scores of evaluation results, by evaluation.",
+            ["evaluation"],
+            buckets=SCORE_BUCKETS,
+            registry=registry,
+        )
+        self._unmatched = Counter(
+            UNMATCHED_TOTAL,
+            "Results sent apart from their request whose trace this replica has not seen "
+            "recently; counted under production.",
+            registry=registry,
+        )
+        self._folded = Counter(
+            FOLDED_TOTAL,
+            "Results whose evaluation name is not configured, counted as evaluation=other.",
+            registry=registry,
+        )
+        # Recent requests' variants by trace id and by response id, oldest first.
+        self._variants: OrderedDict[str, str] = OrderedDict()
+
+    def observe(self, trace: RagTrace) -> None:
+        variant = variant_of(trace)
+        self._remember(trace.trace_id, variant)
+        for result in trace.evaluations:
+            if result.response_id:
+                self._remember(result.response_id, variant)
+            self._count(result, variant)
+
+    def observe_event(self, event: Event) -> None:
+        if not isinstance(event, EvaluationResult):
+            return
+        variant = None
+        for key in (event.trace_id, event.response_id):
+            if key and variant is None:
+                variant = self._variants.get(key)
+        if variant is None:
+            self._unmatched.inc()
+        self._count(event, variant or PRODUCTION)
+
+    def _remember(self, key: str, variant: str) -> None:
+        self._variants[key] = variant
+        self._variants.move_to_end(key)
+        if len(self._variants) > self._config.max_tracked_traces:
+            self._variants.popitem(last=False)
+
+    def _count(self, result: EvaluationResult, variant: str) -> None:
+        name = bounded_label(result.name, self._allowed)
+        if name == OTHER:
+            self._folded.inc()
+        judged = outcome(result, self._config.rule(name))
+        self._results.labels(name, judged, variant).inc()
+        score = result.score
+        if name not in (OTHER, NONE) and score is not None and math.isfinite(score):
+            self._scores.labels(name).observe(score)
