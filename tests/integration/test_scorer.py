@@ -116,13 +116,17 @@ def ready(sidecar: Sidecar) -> bool:
     return all(sidecar.readiness.status().values())
 
 
-def partitions(scorer: ScorerProcess, each: int) -> bool:
-    return scorer.metric("rag_judge_scorer_partitions") == each
+def owns(scorer: ScorerProcess, partitions: int) -> bool:
+    """The scorer holds ``partitions``; False while it starts (no /metrics yet)."""
+    try:
+        return scorer.metric("rag_judge_scorer_partitions") == partitions
+    except AssertionError:
+        return False
 
 
 def wait_partitions(scorers: Sequence[ScorerProcess], each: int) -> None:
     for scorer in scorers:
-        wait_until(functools.partial(partitions, scorer, each), 90, 0.2)
+        wait_until(functools.partial(owns, scorer, each), 90, 0.2)
 
 
 def traces(count: int, **fields: Any) -> list[tuple[str, bytes]]:
