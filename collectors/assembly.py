@@ -30,7 +30,7 @@ import structlog
 from collectors.openinference import TraceMapper
 from collectors.otlp import Span
 from monitor.config import AssemblyConfig, MappingConfig
-from monitor.pipeline import Added, EmittedTrace, Ticket
+from monitor.intake import Added, EmittedTrace, Ticket
 from monitor.trace import Source
 
 log = structlog.get_logger("rag_monitor.assembly")

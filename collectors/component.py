@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from monitor.components import CollectorComponent, Receiver
-from monitor.pipeline import Consumer, TraceAssembly
+from monitor.intake import Consumer, TraceAssembly
 
 # A request already in a handler when the stop begins gets this long to be answered:
 # its submit waits 2 s at most, and the stop must fit the 30 s Kubernetes grace period.

@@ -130,14 +130,14 @@ class _Received:
     def __init__(self) -> None:
         from prometheus_client import CollectorRegistry
 
-        from monitor.pipeline import PipelineMetrics
+        from monitor.pipeline_metrics import PipelineMetrics
 
         self.metrics = PipelineMetrics(CollectorRegistry())
         self.spans: list[Span] = []
         self._lock = threading.Lock()
 
     def submit(self, item: Any, timeout: float | None = None) -> bool:
-        from monitor.pipeline import SpanBatch
+        from monitor.intake import SpanBatch
 
         if isinstance(item, SpanBatch):
             with self._lock:

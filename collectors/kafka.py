@@ -33,8 +33,8 @@ from collectors.kafka_offsets import OffsetTracker
 from collectors.otlp import PayloadError, decode_otlp_json, decode_otlp_proto
 from collectors.records import parse_rag_trace
 from monitor.events import InvalidRecord, parse_feedback, parse_labels
+from monitor.intake import Consumer, Events, SpanBatch, Ticket, WholeTrace, WorkItem
 from monitor.kafka_config import KafkaConfig, PayloadFormat
-from monitor.pipeline import Consumer, Events, SpanBatch, Ticket, WholeTrace, WorkItem
 from monitor.worker import Worker
 
 log = structlog.get_logger("rag_monitor.kafka")

@@ -34,7 +34,7 @@ from monitor.components import write_token
 from monitor.config import OtlpConfig
 from monitor.http.inflight import OTLP_DECODE_FACTOR, ByteBudget, shared_budget
 from monitor.http.limits import refused_counter
-from monitor.pipeline import Consumer, SpanBatch
+from monitor.intake import Consumer, SpanBatch
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 _SUBMIT_TIMEOUT_S = 2.0

@@ -28,7 +28,7 @@ from monitor.http.inflight import OTLP_DECODE_FACTOR, shared_budget
 from monitor.http.limits import HttpLimits
 from monitor.http.service import HttpService
 from monitor.http.wire import Request, Response
-from monitor.pipeline import Consumer, Events, SpanBatch
+from monitor.intake import Consumer, Events, SpanBatch
 from monitor.trace import Event
 
 PROTOBUF = "application/x-protobuf"

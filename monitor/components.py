@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from monitor.detector import Detector
-from monitor.pipeline import PIPELINE_THREAD, Consumer, Events, TraceAssembly
+from monitor.intake import PIPELINE_THREAD, Consumer, Events, TraceAssembly
 from monitor.rulekit.fragments import Row, RuleFragment
 from monitor.trace import Event
 

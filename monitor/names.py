@@ -5,7 +5,7 @@ one and writes it back on every sample)."""
 
 from __future__ import annotations
 
-# --- the pipeline (monitor/pipeline.py) --------------------------------------------------
+# --- the pipeline (monitor/pipeline_metrics.py) ------------------------------------------
 
 # RAG requests by source and variant: the denominator of every per-request ratio.
 REQUESTS_TOTAL = "rag_requests_total"

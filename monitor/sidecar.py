@@ -24,6 +24,7 @@ from monitor.components import (
 from monitor.config import Config
 from monitor.detector import Detector
 from monitor.http.endpoints import ComponentsUp, MetricsServer, Readiness
+from monitor.intake import TraceAssembly
 from monitor.names import (
     ASSEMBLED_TRACES_TOTAL,
     HTTP_REFUSED_TOTAL,
@@ -32,7 +33,8 @@ from monitor.names import (
     WORKER_DROPPED_TOTAL,
     WORKER_UP,
 )
-from monitor.pipeline import Pipeline, PipelineMetrics, TraceAssembly
+from monitor.pipeline import Pipeline
+from monitor.pipeline_metrics import PipelineMetrics
 from monitor.worker import supervisor
 
 log = structlog.get_logger("rag_monitor")

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from detectors.release.detector import MAX_ENVIRONMENTS_PER_VERSION
 from monitor.config import Config
-from monitor.pipeline import Events, WholeTrace
+from monitor.intake import Events, WholeTrace
 from monitor.sidecar import Sidecar
 from monitor.trace import Context, Feedback, Label, RagTrace
 from monitor.variants import NONE, OTHER

@@ -27,7 +27,8 @@ from prometheus_client import CollectorRegistry
 
 from collectors.otlp_grpc import OtlpGrpcReceiver
 from monitor.config import OtlpConfig
-from monitor.pipeline import PipelineMetrics, WorkItem
+from monitor.intake import WorkItem
+from monitor.pipeline_metrics import PipelineMetrics
 from tests.conftest import SidecarProcess, sdk_request, wait_until
 from tests.integration.conftest import otlp_http_port
 from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for

@@ -23,7 +23,8 @@ from collectors.assembly import SpanAssembly
 from collectors.kafka import KafkaCollector
 from collectors.kafka_dead_letter import REASON_HEADER, REFERENCE_HEADER, SOURCE_OFFSET_HEADER
 from monitor.detector import InlineDetector
-from monitor.pipeline import Pipeline, PipelineMetrics
+from monitor.pipeline import Pipeline
+from monitor.pipeline_metrics import PipelineMetrics
 from monitor.sidecar import Sidecar
 from monitor.trace import RagTrace
 from tests.conftest import (

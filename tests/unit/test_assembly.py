@@ -10,7 +10,9 @@ from prometheus_client import CollectorRegistry
 from collectors.assembly import SpanAssembler, SpanAssembly
 from collectors.otlp import Span
 from monitor.config import AssemblyConfig, MappingConfig
-from monitor.pipeline import Pipeline, PipelineMetrics, SpanBatch, Ticket
+from monitor.intake import SpanBatch, Ticket
+from monitor.pipeline import Pipeline
+from monitor.pipeline_metrics import PipelineMetrics
 from tests.conftest import sample
 
 

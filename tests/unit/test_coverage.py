@@ -15,7 +15,9 @@ from collectors.otlp import Span
 from monitor.components import load_components
 from monitor.config import AssemblyConfig, Config, ConfigError, MappingConfig, load_config
 from monitor.coverage import FIELDS, PRESENT, FieldCoverage
-from monitor.pipeline import Pipeline, PipelineMetrics, SpanBatch, WholeTrace
+from monitor.intake import SpanBatch, WholeTrace
+from monitor.pipeline import Pipeline
+from monitor.pipeline_metrics import PipelineMetrics
 from monitor.trace import Context, RagTrace, Usage
 from tests.conftest import sample
 

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from monitor.detector import InlineDetector
 from monitor.http.endpoints import MetricsServer, Readiness
-from monitor.pipeline import WholeTrace
+from monitor.intake import WholeTrace
 from monitor.sidecar import Sidecar
 from monitor.trace import RagTrace
 from tests.conftest import sample, wait_until

@@ -28,7 +28,7 @@ from detectors.review.store import ReviewStore
 from detectors.review.web import FORMS_IN_FLIGHT, ReviewPage
 from monitor.config import ConfigError, OtlpConfig, load_config
 from monitor.http.inflight import OTLP_DECODE_FACTOR, ByteBudget, shared_budget
-from monitor.pipeline import WorkItem
+from monitor.intake import WorkItem
 from tests.conftest import sample, sdk_request, wait_until
 from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for
 from tests.unit.test_otlp_http import (

@@ -7,7 +7,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from collectors.kafka import decode_trace_record, sniff_format
 from monitor.events import InvalidRecord
-from monitor.pipeline import SpanBatch, WholeTrace
+from monitor.intake import SpanBatch, WholeTrace
 
 TRACE_ID = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
 

@@ -20,7 +20,8 @@ from prometheus_client import CollectorRegistry
 
 from collectors.otlp_http import PROTOBUF, OtlpHttpReceiver
 from monitor.config import OtlpConfig
-from monitor.pipeline import Events, PipelineMetrics, SpanBatch, WorkItem
+from monitor.intake import Events, SpanBatch, WorkItem
+from monitor.pipeline_metrics import PipelineMetrics
 from monitor.trace import Feedback, Label
 from tests.conftest import sample, wait_until
 

@@ -9,16 +9,9 @@ from typing import Any, ClassVar
 from prometheus_client import CollectorRegistry
 
 from monitor.detector import InlineDetector
-from monitor.pipeline import (
-    Added,
-    EmittedTrace,
-    Events,
-    Pipeline,
-    PipelineMetrics,
-    SpanBatch,
-    Ticket,
-    WholeTrace,
-)
+from monitor.intake import Added, EmittedTrace, Events, SpanBatch, Ticket, WholeTrace
+from monitor.pipeline import Pipeline
+from monitor.pipeline_metrics import PipelineMetrics
 from monitor.trace import Event, Feedback, RagTrace, Source
 from tests.conftest import sample
 

@@ -18,7 +18,8 @@ from detectors.filter_exclusion.detector import FilterExclusionDetector
 from detectors.shadow.config import ShadowConfig
 from detectors.shadow.detector import ShadowDetector
 from monitor.components import EMIT_TIMEOUT_S, EventHook
-from monitor.pipeline import PIPELINE_THREAD, PipelineMetrics, WorkItem
+from monitor.intake import PIPELINE_THREAD, WorkItem
+from monitor.pipeline_metrics import PipelineMetrics
 from monitor.sampler import Sampler
 from monitor.trace import Event, ExclusionOutcome, JudgeScore, Label, RagTrace
 from tests.conftest import sample, wait_until

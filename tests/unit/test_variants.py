@@ -21,7 +21,9 @@ from detectors.latency.config import LatencyConfig
 from detectors.latency.detector import LatencyDetector
 from monitor.config import Config, ConfigError, load_config
 from monitor.detector import InlineDetector
-from monitor.pipeline import Events, Pipeline, PipelineMetrics, WholeTrace
+from monitor.intake import Events, WholeTrace
+from monitor.pipeline import Pipeline
+from monitor.pipeline_metrics import PipelineMetrics
 from monitor.trace import Context, Event, Feedback, Label, RagTrace
 from monitor.variants import OTHER, PRODUCTION, VariantFolding, bounded_label
 from tests.conftest import sample, wait_until

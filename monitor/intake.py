@@ -1,0 +1,130 @@
+"""The collectors' intake contract: what they submit to the pipeline and what it takes back.
+
+A collector decodes and validates on its own thread, then ``submit``s a ``WorkItem`` to
+a ``Consumer`` (the pipeline, or a sink in tests): a ``SpanBatch`` of its own span type,
+a ``WholeTrace`` that arrived complete, or ``Events``. A ``Ticket`` follows the source
+record until every trace it fed has been processed (Kafka commits its offset then). The
+collector that reads spans provides the ``TraceAssembly`` that turns them into traces on
+the pipeline thread (``monitor/pipeline.py``), which hands back ``Added`` and
+``EmittedTrace`` values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from monitor.pipeline_metrics import Origin, PipelineMetrics
+from monitor.trace import Event, RagTrace, Source
+
+# The pipeline worker's name, also its thread's: an event emitted on that thread must not
+# wait for room in the queue it alone empties (``monitor.components.EventHook``).
+PIPELINE_THREAD = "pipeline"
+
+
+class Ticket:
+    """Follows one source record until every trace it fed has been processed.
+
+    It starts with one hold for the submission itself; each pending trace the
+    record adds spans to takes another. ``on_done`` runs when the last is
+    released: for Kafka that is when the record's offset may be committed.
+    """
+
+    __slots__ = ("_holds", "_on_done")
+
+    def __init__(self, on_done: Callable[[], None] | None = None) -> None:
+        self._holds = 1
+        self._on_done = on_done
+
+    def hold(self) -> None:
+        self._holds += 1
+
+    def release(self) -> None:
+        self._holds -= 1
+        if self._holds == 0 and self._on_done is not None:
+            self._on_done()
+
+
+@dataclass(frozen=True, slots=True)
+class EmittedTrace:
+    """A trace the assembly let go: its ``RagTrace`` (None when it is no RAG request or
+    could not be built) and the tickets of the records that fed it."""
+
+    trace: RagTrace | None
+    outcome: Literal["complete", "expired", "evicted"]
+    tickets: list[Ticket]
+    failed: bool = False  # the mapping raised; counted as an assembly error
+    # The trace's instrumentation scope when it is no RAG request (field coverage counts it).
+    instrumentation: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Added:
+    """What adding one batch of spans let go and refused."""
+
+    evicted: list[EmittedTrace]  # emitted early to keep the held traces bounded
+    late: int = 0  # spans of a trace already emitted
+    refused: int = 0  # spans over the per-trace bound (assembly.max_spans_per_trace)
+
+
+class TraceAssembly(Protocol):
+    """Turns the spans collectors submit into traces; called on the pipeline thread only."""
+
+    @property
+    def pending(self) -> int:
+        """Traces held, waiting for more spans."""
+
+    def add(self, spans: Sequence[Any], source: Source, now: float, ticket: Ticket | None) -> Added:
+        """Hold ``spans``; returns the traces evicted to stay bounded and the spans dropped."""
+
+    def claim(self, trace_id: str) -> bool:
+        """Mark a trace that arrived whole as seen; False if it was seen before."""
+
+    def due(self, now: float) -> list[EmittedTrace]:
+        """Traces complete or expired by ``now``."""
+
+    def drain(self) -> list[EmittedTrace]:
+        """Everything held, at shutdown."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpanBatch:
+    """Validated spans of one request or record, in the collectors' own span type."""
+
+    spans: Sequence[Any]
+    collector: Source
+    ticket: Ticket | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WholeTrace:
+    """A trace that arrived complete (``rag-trace/1``)."""
+
+    trace: RagTrace
+    ticket: Ticket | None = None
+
+    @property
+    def collector(self) -> Source:
+        return self.trace.source
+
+
+@dataclass(frozen=True, slots=True)
+class Events:
+    """Labels or feedback from one request or record."""
+
+    events: Sequence[Event]
+    collector: Origin
+    ticket: Ticket | None = None
+
+
+WorkItem = SpanBatch | WholeTrace | Events
+
+
+class Consumer(Protocol):
+    """What collectors write to: the pipeline, or a sink in tests."""
+
+    metrics: PipelineMetrics
+
+    def submit(self, item: WorkItem, timeout: float | None = None) -> bool:
+        """Queue ``item``; False when it could not be queued within ``timeout`` seconds."""
