@@ -22,6 +22,7 @@ import orjson
 
 from collectors.otlp import Span
 from collectors.span_documents import derived_id, holds_documents, with_retrieved_fields
+from collectors.span_evaluations import evaluation_results
 from collectors.span_kinds import span_kind
 from collectors.span_stages import (
     QUERY_TEXT,
@@ -171,6 +172,7 @@ class TraceMapper:
             service_version=_label_value(request.resource.get("service.version")),
             deployment_environment=_label_value(request.resource.get("deployment.environment")),
             instrumentation=_label_value(_instrumentation(request, spans)),
+            evaluations=evaluation_results(spans),
         )
 
     def _is_rag_request(
