@@ -113,6 +113,9 @@ class Scorer:
             config.min_scored_per_hour, config.remote.floor_window_s, config.max_per_second
         )
         self.ready = threading.Event()  # the judge loaded and the group joined
+        # Scores sent since the last flush: a pair redelivered after a failed flush is sent
+        # again from here, not judged again.
+        self._unsent: dict[str, dict[str, Any]] = {}
         self._results = WholeTopicReader(
             "scorer-results", self._settings, [config.remote.results_topic], self._seen, registry
         )
@@ -164,7 +167,8 @@ class Scorer:
                 if not records:
                     continue
                 self.handle(judge, [record.value for record in records], producer)
-                producer.flush(timeout=30)
+                producer.flush(timeout=30)  # raises when a score did not go out: no commit
+                self._unsent.clear()
                 try:
                     consumer.commit()  # after the scores are out: at least once
                 except CommitFailedError:  # partitions moved: their pairs come back
@@ -184,6 +188,9 @@ class Scorer:
                 continue
             if not self.seen.add(pair.trace_id):
                 self.metrics.pairs.labels(pair.stratum, "duplicate").inc()
+                unsent = self._unsent.get(pair.trace_id)
+                if unsent is not None:
+                    self._send(unsent, producer)
                 continue
             decision = self.budget.decide(pair.service, pair.stratum)
             if decision != "judge":
@@ -217,10 +224,14 @@ class Scorer:
             self.metrics.truncated.inc()
         score = JudgeScore(pair.trace_id, result.score, self.config.threshold, self._judge_name)
         record: dict[str, Any] = score_record(score, pair.variant, pair.service)
+        self._unsent[pair.trace_id] = record
+        self._send(record, producer)
+
+    def _send(self, record: dict[str, Any], producer: KafkaProducer) -> None:
         try:
             producer.send(
                 self.config.remote.results_topic,
-                key=pair.trace_id.encode(),
+                key=str(record["trace_id"]).encode(),
                 value=orjson.dumps(record),
             )
         except KafkaError:

@@ -149,3 +149,30 @@ def test_a_poll_is_judged_length_sorted_once_per_trace_and_published() -> None:
     assert sample(registry, "rag_judge_scorer_pairs_total", outcome="duplicate") == 1
     assert sample(registry, "rag_judge_scorer_pairs_total", outcome="invalid") == 1
     assert sample(registry, "rag_faithfulness_below_threshold_total", variant="production") == 3
+
+
+def test_a_pair_redelivered_before_its_score_was_flushed_is_sent_again_not_judged() -> None:
+    """After a failed flush the poll comes back: its scores are re-sent from memory and the
+    pairs counted as duplicates, never judged twice."""
+    registry = CollectorRegistry()
+    config = Config.model_validate({"detectors": {"faithfulness": {"judge_location": "kafka"}}})
+    scorer = Scorer(config.detectors.faithfulness, config.collectors.kafka, registry)
+    value = orjson.dumps({"trace_id": "t1", "premise": "p", "answer": "a", "question": None,
+                          "variant": "production", "service": "s", "stratum": "random"})  # fmt: skip
+    judge, sent = FixedJudge(), Sent()
+    scorer.handle(judge, [value], sent)  # type: ignore[arg-type]
+    scorer.handle(judge, [value], sent)  # type: ignore[arg-type]
+    assert judge.batches == [["a"]]
+    assert [r["trace_id"] for r in sent.records] == ["t1", "t1"]
+    assert sample(registry, "rag_judge_scorer_pairs_total", outcome="duplicate") == 1
+
+
+def test_kafka_judging_without_brokers_is_refused_at_start() -> None:
+    """judge_location: kafka without collectors.kafka.bootstrap_servers names the key."""
+    from detectors.faithfulness.detector import FaithfulnessDetector
+
+    config = Config.model_validate({"detectors": {"faithfulness": {"judge_location": "kafka"}}})
+    with pytest.raises(ValueError, match=r"collectors\.kafka\.bootstrap_servers"):
+        FaithfulnessDetector(
+            config.detectors.faithfulness, CollectorRegistry(), kafka=config.collectors.kafka
+        )
