@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Sequence
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -96,6 +97,12 @@ def _fetch_for(
 
 def download(need: ModelNeed, to: Path | None) -> Path:
     """The files of ``need`` in the cache (``to`` None) or under ``to``; FetchError says why not."""
+    if find_spec("huggingface_hub") is None:  # a core install: the hub client comes with extras
+        raise FetchError(
+            f"fetching {need.repo} needs the Hugging Face hub client, which the extra of the "
+            "model's detector brings: pip install 'rag-monitor[hhem]' (HHEM) or "
+            "'rag-monitor[embedder]' (the drift embedder)"
+        )
     import requests
     from huggingface_hub import HfApi, constants, snapshot_download
     from huggingface_hub import errors as hub

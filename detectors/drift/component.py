@@ -85,6 +85,8 @@ def missing_embedder(config: DriftConfig) -> list[str]:
         needs = embedder_needs(config)
     except (ImportError, ValueError):
         return [str(config.embedder)]
+    if not needs:  # no embedder, or a local one: nothing to look up in the hub's cache
+        return []
     from huggingface_hub import try_to_load_from_cache
 
     return [

@@ -160,6 +160,29 @@ def test_missing_models_leaves_hhem_to_the_build_without_its_extra(
     assert COMPONENT.models.missing(config) == []
 
 
+def test_models_fetch_names_the_extras_without_the_hub_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rag-monitor models fetch` on a core install exits with the extras that bring the hub client."""
+    _hide(monkeypatch, "huggingface_hub")
+    assert main(["models", "fetch", "--config", str(_config_file(tmp_path, {}))]) != 0
+    err = capsys.readouterr().err
+    assert "needs the Hugging Face hub client" in err
+    assert "pip install 'rag-monitor[hhem]'" in err
+
+
+def test_drift_missing_embedder_needs_no_hub_client_without_an_embedder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Drift without an embedder reports nothing missing, with the hub client absent."""
+    from detectors.drift.component import COMPONENT
+
+    _hide(monkeypatch, "huggingface_hub")
+    config = load_config(_config_file(tmp_path, {}), environ={}).detectors.drift
+    assert COMPONENT.models is not None
+    assert COMPONENT.models.missing(config) == []
+
+
 def test_core_settings_build_with_every_extra_missing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
