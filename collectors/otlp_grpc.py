@@ -1,4 +1,6 @@
-"""OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export``.
+"""OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export`` and
+``opentelemetry.proto.collector.logs.v1.LogsService/Export`` (evaluation results,
+``collectors/otlp_logs.py``; the same auth, budget and status codes).
 
 Status codes follow the OTLP specification: INVALID_ARGUMENT for an undecodable
 message or when every span was refused (not retryable), UNAVAILABLE when the
@@ -17,31 +19,37 @@ cannot cover.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from concurrent import futures
+from typing import TypeVar
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import DecodeError
 from google.rpc.error_details_pb2 import RetryInfo
 from google.rpc.status_pb2 import Status
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
-from collectors.otlp import spans_from_request
+from collectors.otlp import PayloadError, spans_from_request
+from collectors.otlp_logs import decode_logs_proto
 from monitor.components import write_token
 from monitor.config import OtlpConfig
 from monitor.http.inflight import OTLP_DECODE_FACTOR, ByteBudget, shared_budget
 from monitor.http.limits import refused_counter
-from monitor.intake import Consumer, SpanBatch
+from monitor.intake import Consumer, Events, SpanBatch
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
 _SUBMIT_TIMEOUT_S = 2.0
 _KEEPALIVE_TIMEOUT_MS = 20_000  # a ping unanswered this long drops the connection
 _STOP_MARGIN_S = 2.0
 _RETRY_DELAY = Duration(seconds=1)
 _INFLIGHT_MESSAGE = "too many request bytes in flight, retry later"
+Response = TypeVar("Response")
 
 
 class _TraceService:
@@ -54,6 +62,20 @@ class _TraceService:
         )
 
     def export(self, message: bytes, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
+        return self._guarded(message, context, self._export)
+
+    def export_logs(
+        self, message: bytes, context: grpc.ServicerContext
+    ) -> ExportLogsServiceResponse:
+        return self._guarded(message, context, self._export_logs)
+
+    def _guarded(
+        self,
+        message: bytes,
+        context: grpc.ServicerContext,
+        handle: Callable[[bytes, grpc.ServicerContext], Response],
+    ) -> Response:
+        """The token and the byte budget, then ``handle``."""
         if self._expected_auth is not None:
             given = dict(context.invocation_metadata()).get("authorization", "")
             if not hmac.compare_digest(str(given).encode(), self._expected_auth):
@@ -63,7 +85,7 @@ class _TraceService:
             _abort_retryable(context, grpc.StatusCode.RESOURCE_EXHAUSTED, _INFLIGHT_MESSAGE)
         try:
             with self._budget.decoding(OTLP_DECODE_FACTOR * len(message)):
-                return self._export(message, context)
+                return handle(message, context)
         finally:
             self._budget.release(len(message))
 
@@ -86,6 +108,28 @@ class _TraceService:
         if not decoded.spans:
             metrics.count_record("otlp", "ok")
         elif not self._pipeline.submit(SpanBatch(decoded.spans, "otlp"), _SUBMIT_TIMEOUT_S):
+            context.abort(grpc.StatusCode.UNAVAILABLE, "pipeline queue is full, retry later")
+        return decoded.export_response()
+
+    def _export_logs(
+        self, message: bytes, context: grpc.ServicerContext
+    ) -> ExportLogsServiceResponse:
+        metrics = self._pipeline.metrics
+        try:
+            decoded = decode_logs_proto(message)
+        except PayloadError:
+            metrics.count_record("otlp", "invalid")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "undecodable ExportLogsServiceRequest")
+        decoded.count(metrics.registry, "otlp")
+        if decoded.rejected and not decoded.results and not decoded.ignored:
+            metrics.count_record("otlp", "invalid")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"every log record was rejected: {decoded.first_error}",
+            )
+        if not decoded.results:
+            metrics.count_record("otlp", "ok")
+        elif not self._pipeline.submit(Events(decoded.results, "otlp"), _SUBMIT_TIMEOUT_S):
             context.abort(grpc.StatusCode.UNAVAILABLE, "pipeline queue is full, retry later")
         return decoded.export_response()
 
@@ -137,9 +181,14 @@ class OtlpGrpcReceiver:
             self._service.export,  # the message as bytes: no request_deserializer
             response_serializer=ExportTraceServiceResponse.SerializeToString,
         )
-        server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE, {"Export": export}),)
+        export_logs = grpc.unary_unary_rpc_method_handler(
+            self._service.export_logs,
+            response_serializer=ExportLogsServiceResponse.SerializeToString,
         )
+        server.add_generic_rpc_handlers((
+            grpc.method_handlers_generic_handler(SERVICE, {"Export": export}),
+            grpc.method_handlers_generic_handler(LOGS_SERVICE, {"Export": export_logs}),
+        ))  # fmt: skip
         address = f"{listener.host}:{listener.port}"
         self.port = server.add_insecure_port(address)
         if self.port == 0:

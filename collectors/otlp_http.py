@@ -1,4 +1,5 @@
-"""OTLP/HTTP receiver: ``POST /v1/traces`` (protobuf or JSON), ``/v1/labels``, ``/v1/feedback``.
+"""OTLP/HTTP receiver: ``POST /v1/traces`` and ``/v1/logs`` (protobuf or JSON),
+``/v1/labels``, ``/v1/feedback``.
 
 Answers follow the OTLP/HTTP specification: 200 with an
 ``ExportTraceServiceResponse`` (``partial_success`` when some spans were
@@ -21,6 +22,7 @@ import orjson
 from google.rpc.status_pb2 import Status
 
 from collectors.otlp import DecodedSpans, PayloadError, decode_otlp_json, decode_otlp_proto
+from collectors.otlp_logs import decode_logs_json, decode_logs_proto
 from monitor.components import write_token
 from monitor.config import OtlpConfig
 from monitor.events import InvalidRecord, parse_feedback, parse_labels
@@ -175,6 +177,26 @@ def _export_response(decoded: DecodedSpans, content_type: str) -> bytes:
     return bytes(decoded.export_response().SerializeToString())
 
 
+def _export_logs(receiver: OtlpHttpReceiver, body: bytes, content_type: str) -> bytes:
+    """``/v1/logs``: gen_ai.evaluation.result records become events (collectors/otlp_logs.py)."""
+    if content_type not in (PROTOBUF, JSON):
+        raise _Refused(415, f"Content-Type must be {PROTOBUF} or {JSON}")
+    try:
+        decoded = decode_logs_proto(body) if content_type == PROTOBUF else decode_logs_json(body)
+    except PayloadError as exc:
+        raise _Refused(400, str(exc)) from exc
+    decoded.count(receiver.pipeline.metrics.registry, "otlp")
+    if decoded.rejected and not decoded.results and not decoded.ignored:
+        raise _Refused(400, f"every log record was rejected: {decoded.first_error}")
+    if decoded.results:
+        _submit(receiver, Events(decoded.results, "otlp"))
+    else:
+        receiver.pipeline.metrics.count_record("otlp", "ok")
+    if content_type == JSON:
+        return decoded.json_response()
+    return bytes(decoded.export_response().SerializeToString())
+
+
 def _post_labels(receiver: OtlpHttpReceiver, body: bytes, content_type: str) -> bytes:
     return _post_events(receiver, body, content_type, parse_labels)
 
@@ -206,6 +228,7 @@ def _submit(receiver: OtlpHttpReceiver, item: SpanBatch | Events) -> None:
 
 _ROUTES: dict[str, Callable[[OtlpHttpReceiver, bytes, str], bytes]] = {
     "/v1/traces": _export_traces,
+    "/v1/logs": _export_logs,
     "/v1/labels": _post_labels,
     "/v1/feedback": _post_feedback,
 }
