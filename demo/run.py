@@ -166,7 +166,11 @@ def run_demo(config: Config, duration_s: float | None) -> int:
 
     config = with_demo_settings(config)
     warn_missing_models(config)
-    sidecar = Sidecar(config)
+    try:
+        sidecar = Sidecar(config)
+    except ValueError as exc:  # e.g. a detector whose extra is not installed
+        print(f"invalid configuration: {exc}", file=sys.stderr)
+        return 1
     sidecar.start()
     http = config.collectors.otlp.http
     if sidecar.http is None:

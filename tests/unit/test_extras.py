@@ -133,6 +133,16 @@ def test_score_reports_the_missing_extra(
     )
 
 
+def test_demo_reports_the_missing_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rag-monitor demo` on a core install (its inline HHEM judge) exits 1 naming the hhem extra."""
+    _hide(monkeypatch, "torch")
+    argv = ["demo", "--config", str(_config_file(tmp_path, {})), "--duration", "1"]
+    assert main(argv) == 1
+    assert "needs the hhem extra: pip install 'rag-monitor[hhem]'" in capsys.readouterr().err
+
+
 def test_report_drift_reports_the_missing_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
