@@ -10,8 +10,10 @@ from monitor.detector import Detector
 
 def _build(config: EvaluationsConfig, context: BuildContext) -> Detector:
     from detectors.evaluations.detector import EvaluationsDetector
+    from detectors.evaluations.emit import EvaluationEmitter
 
-    return EvaluationsDetector(config, context.registry)
+    emitter = None if config.emit is None else EvaluationEmitter(config.emit)
+    return EvaluationsDetector(config, context.registry, emitter)
 
 
 COMPONENT = DetectorComponent(

@@ -59,6 +59,19 @@ class EvaluationRule(Section):
         return self
 
 
+class EmitConfig(Section):
+    """Where this sidecar's own faithfulness scores go as gen_ai.evaluation.result logs."""
+
+    endpoint: str = Field(
+        description="OTLP/HTTP logs URL, e.g. http://otel-collector:4318/v1/logs (never this "
+        "sidecar's own /v1/logs: its results would count here again)."
+    )
+    timeout_s: float = Field(10.0, gt=0, description="Seconds an export may take.")
+    evaluation_name: str = Field(
+        "faithfulness", min_length=1, description="gen_ai.evaluation.name of the records."
+    )
+
+
 class EvaluationsConfig(Section):
     """Evaluation results as guardrails: their pass rules, shares and severities."""
 
@@ -82,6 +95,12 @@ class EvaluationsConfig(Section):
         ge=1,
         description="Recent traces remembered to join results sent after their request "
         "(by trace id and gen_ai.response.id) to the request's variant.",
+    )
+
+    emit: EmitConfig | None = Field(
+        None,
+        description="Send the faithfulness scores this sidecar judges as OpenTelemetry "
+        "gen_ai.evaluation.result log records (None: off).",
     )
 
     @model_validator(mode="after")

@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from detectors.evaluations.config import EvaluationRule, EvaluationsConfig
 from detectors.evaluations.names import FOLDED_TOTAL, RESULTS_TOTAL, SCORE, UNMATCHED_TOTAL
 from monitor.detector import InlineDetector
-from monitor.trace import EvaluationResult, Event, RagTrace
+from monitor.trace import EvaluationResult, Event, JudgeScore, RagTrace
 from monitor.variants import NONE, OTHER, PRODUCTION, bounded_label, variant_of
+
+if TYPE_CHECKING:  # the OpenTelemetry SDK loads only when emit is configured
+    from detectors.evaluations.emit import EvaluationEmitter
 
 Outcome = Literal["pass", "fail", "error"]
 # Scores on a 0..1 scale (Ragas, DeepEval, Phoenix) and on 1..10 ones (LLM-judge rubrics).
@@ -53,8 +56,14 @@ class EvaluationsDetector(InlineDetector):
 
     name: ClassVar[str] = "evaluations"
 
-    def __init__(self, config: EvaluationsConfig, registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        config: EvaluationsConfig,
+        registry: CollectorRegistry,
+        emitter: EvaluationEmitter | None = None,
+    ) -> None:
         self._config = config
+        self._emitter = emitter
         self._allowed = frozenset(config.evaluations)
         self._results = Counter(
             RESULTS_TOTAL,
@@ -84,18 +93,26 @@ class EvaluationsDetector(InlineDetector):
             "Results whose evaluation name is not configured, counted as evaluation=other.",
             registry=registry,
         )
-        # Recent requests' variants by trace id and by response id, oldest first.
+        # Recent requests' variants by trace id and by response id, oldest first; and their
+        # root span ids, under which emitted results are parented.
         self._variants: OrderedDict[str, str] = OrderedDict()
+        self._roots: OrderedDict[str, str] = OrderedDict()
 
     def observe(self, trace: RagTrace) -> None:
         variant = variant_of(trace)
         self._remember(trace.trace_id, variant)
+        if self._emitter is not None and trace.root_span_id:
+            self._roots[trace.trace_id] = trace.root_span_id
+            if len(self._roots) > self._config.max_tracked_traces:
+                self._roots.popitem(last=False)
         for result in trace.evaluations:
             if result.response_id:
                 self._remember(result.response_id, variant)
             self._count(result, variant)
 
     def observe_event(self, event: Event) -> None:
+        if isinstance(event, JudgeScore) and self._emitter is not None:
+            self._emitter.emit(event, self._roots.get(event.trace_id))
         if not isinstance(event, EvaluationResult):
             return
         variant = None
@@ -105,6 +122,10 @@ class EvaluationsDetector(InlineDetector):
         if variant is None:
             self._unmatched.inc()
         self._count(event, variant or PRODUCTION)
+
+    def shutdown(self) -> None:
+        if self._emitter is not None:
+            self._emitter.shutdown()
 
     def _remember(self, key: str, variant: str) -> None:
         self._variants[key] = variant

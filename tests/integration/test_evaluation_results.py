@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import ClassVar
 
 import pytest
 from opentelemetry.context import Context
@@ -17,7 +18,10 @@ from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
 
 from detectors.evaluations.names import RESULTS_TOTAL, UNMATCHED_TOTAL
+from monitor.detector import InlineDetector
+from monitor.intake import Events
 from monitor.sidecar import Sidecar
+from monitor.trace import EvaluationResult, Event, JudgeScore
 from tests.conftest import sample, wait_until
 from tests.otel_traffic import RagRequest, emit_rag_request, tracer_for
 
@@ -96,3 +100,51 @@ def test_results_from_spans_and_logs_count_per_evaluation_outcome_and_request(
     for kind, expected in (("evaluation", 4), ("ignored", 1)):
         for_both = sample(registry, "rag_monitor_log_records_total", collector="otlp", kind=kind)
         assert for_both == 2 * expected, kind
+
+
+class Recorder(InlineDetector):
+    """Keeps the evaluation events a sidecar's pipeline hands its detectors."""
+
+    name: ClassVar[str] = "recorder"
+
+    def __init__(self) -> None:
+        self.results: list[EvaluationResult] = []
+
+    def observe_event(self, event: Event) -> None:
+        if isinstance(event, EvaluationResult):
+            self.results.append(event)
+
+
+def test_judged_scores_arrive_at_another_sidecar_as_log_records(
+    start_sidecar: Callable[..., Sidecar],
+) -> None:
+    """A sidecar with detectors.evaluations.emit sends each JudgeScore its judge emits as a
+    gen_ai.evaluation.result record to a second sidecar's /v1/logs: name faithfulness,
+    score, label, the trace id and the request's root span id."""
+    recorder = Recorder()
+    receiving = start_sidecar(
+        extra_detectors=[recorder],
+        detectors={"evaluations": {"evaluations": {"faithfulness": {"score_min": 0.5}}},
+                   "faithfulness": {"enabled": False}},
+    )  # fmt: skip
+    endpoint = f"http://127.0.0.1:{receiving.http.port}/v1/logs"  # type: ignore[union-attr]
+    judging = start_sidecar(detectors={"evaluations": {"emit": {"endpoint": endpoint}},
+                                       "faithfulness": {"enabled": False}})  # fmt: skip
+    _, tracer = tracer_for(HttpSpans(endpoint=f"http://127.0.0.1:{judging.http.port}/v1/traces"))  # type: ignore[union-attr]
+    trace_ids = [emit_rag_request(tracer, RagRequest(time.time_ns())) for _ in range(2)]
+    wait_until(lambda: sample(judging.registry, "rag_requests_total") >= 2)
+    # What the faithfulness detector emits once its judge has scored (monitor.components.EventHook)
+    scores = [JudgeScore(trace_ids[0], 0.9, 0.5), JudgeScore(trace_ids[1], 0.2, 0.5)]
+    assert judging.pipeline.submit(Events(tuple(scores), "internal"), timeout=5)
+    wait_until(lambda: len(recorder.results) >= 2)
+    by_trace = {result.trace_id: result for result in recorder.results}
+    assert set(by_trace) == set(trace_ids)
+    for score in scores:
+        result = by_trace[score.trace_id]
+        assert (result.name, result.score) == ("faithfulness", score.score)
+        assert result.label == ("faithful" if score.score >= 0.5 else "unfaithful")
+        assert result.span_id is not None  # the request's root span
+    registry = receiving.registry
+    for outcome in ("pass", "fail"):
+        assert sample(registry, RESULTS_TOTAL, evaluation="faithfulness", outcome=outcome,
+                      variant="production") == 1  # fmt: skip
