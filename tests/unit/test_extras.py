@@ -3,6 +3,7 @@ the `pip install` to run; the core dependencies carry none of the heavy distribu
 
 from __future__ import annotations
 
+import ast
 import re
 import sys
 import tomllib
@@ -201,6 +202,30 @@ def test_core_settings_build_with_every_extra_missing(
     config = load_config(_config_file(tmp_path, {"detectors": NO_FAITHFULNESS}), environ={})
     names = [type(detector).__name__ for detector in build_detectors(config, CollectorRegistry())]
     assert "DriftDetector" in names
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """The top-level modules a file imports in its module body (not inside functions)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_core_packages_import_optional_libraries_only_where_used() -> None:
+    """monitor, collectors, alerts and demo import no extra's module at module level."""
+    optional = {module for modules in EXTRA_MODULES.values() for module in modules}
+    offenders = [
+        f"{path.relative_to(ROOT)}: {sorted(_top_level_imports(path) & optional)}"
+        for package in ("monitor", "collectors", "alerts", "demo")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if _top_level_imports(path) & optional
+    ]
+    assert offenders == []
 
 
 def _distribution(requirement: str) -> str:
