@@ -30,9 +30,12 @@ from detectors.evaluations.names import (
     pass_upper_bound,
 )
 from monitor.config import GuardrailsConfig
+from monitor.names import REQUESTS_TOTAL
 from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.rulekit.promql import (
+    JOB,
+    VARIANT,
     alert,
     panel_increase,
     panel_rate,
@@ -155,6 +158,14 @@ def rows(config: EvaluationsConfig, guardrails: GuardrailsConfig) -> list[Row]:
         (panel_recorded(judged_count(window)), f"{{{{evaluation}}}} judged in {window}")
         for window in guardrails.sample_windows
     ]
+    # What each evaluation's sample_rate leads one to expect: results short of it mean the
+    # evaluator judges less than configured, and the bound rests on less evidence.
+    first = guardrails.sample_windows[0]
+    requests = f"sum(increase({REQUESTS_TOTAL}{{{JOB}, {VARIANT}}}[{first}]))"
+    counts += [
+        (f"{rule.sample_rate:g} * {requests}", f"{name} expected in {first}")
+        for name, rule in config.evaluations.items()
+    ]
     panels = [
         Panel(
             "Pass share and its upper bound, per evaluation",
@@ -166,8 +177,8 @@ def rows(config: EvaluationsConfig, guardrails: GuardrailsConfig) -> list[Row]:
         Panel(
             "Judged results per window (the evidence)",
             counts,
-            description="Results the bounds rest on (production traffic); a sampled "
-            "evaluation expects about sample_rate x requests.",
+            description="Results the bounds rest on (production traffic), beside what each "
+            "evaluation's sample_rate expects of the requests.",
         ),
         Panel(
             "Results by evaluation and outcome",

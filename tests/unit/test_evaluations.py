@@ -143,4 +143,6 @@ def test_each_distinct_guardrail_gets_its_own_rule() -> None:
     assert severities == ["page", "page", "ticket", "ticket"]
     records = {r["record"] for r in fragment.recording}
     assert "rag:evaluation_pass:upper_bound_ticket30m" in records
-    assert rows(CONFIG, GuardrailsConfig())[0].panels
+    evidence = rows(CONFIG, GuardrailsConfig())[0].panels[1]
+    assert ("1 * sum(increase(rag_requests_total{job=~\"$job\", variant=~\"$variant\"}[30m]))",
+            "answer_relevancy expected in 30m") in evidence.queries  # fmt: skip
