@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from detectors.faithfulness.scorer import MAX_POLL_RECORDS
+from detectors.review.detector import ReviewDetector
 from monitor.sampler import trace_fraction
 from monitor.sidecar import Sidecar
 from tests.conftest import REPO, SidecarProcess, sample, unique, wait_until
@@ -101,12 +102,14 @@ def roles(broker: Broker, topics: dict[str, str], section: dict[str, Any]) -> di
 
 
 def start_sidecars(
-    start_sidecar: StartSidecar, sections: dict[str, Any], count: int
+    start_sidecar: StartSidecar, sections: dict[str, Any], count: int, state: Path
 ) -> list[tuple[Sidecar, JudgeScores]]:
+    """``count`` sidecars of one trace group, each with its own state_dir under ``state``."""
     started = []
-    for _ in range(count):
+    for i in range(count):
         scores = JudgeScores()
-        started.append((start_sidecar([scores], **sections), scores))
+        service = {"service": {"state_dir": str(state / f"sidecar-{i}")}}
+        started.append((start_sidecar([scores], **sections, **service), scores))
     for sidecar, _ in started:  # every member joined: the group is stable before traffic
         wait_until(functools.partial(ready, sidecar), 60)
     return started
@@ -142,6 +145,12 @@ def traces(count: int, **fields: Any) -> list[tuple[str, bytes]]:
     return made
 
 
+def low_faithfulness(sidecar: Sidecar, count: int) -> bool:
+    [store] = [d.store for d in sidecar.pipeline._detectors if isinstance(d, ReviewDetector)]
+    assert store is not None
+    return store.progress().queued.get("low_faithfulness") == count
+
+
 def scorer_total(scorers: Sequence[ScorerProcess], name: str, **labels: str) -> float:
     return sum(s.metric(name, **labels) for s in scorers)
 
@@ -157,13 +166,21 @@ def test_two_sidecars_two_scorers_score_each_sampled_pair_once(
     tmp_path: Path,
 ) -> None:
     """2,000 traces at 0.1 plus 50 thumbs-down: every sampled pair is judged once summed over
-    two scorers, republished pairs count as duplicates, and every score reaches both
-    sidecars as a JudgeScore event."""
+    two scorers, republished pairs count as duplicates, every score reaches both sidecars
+    as a JudgeScore event, and the shared review queue takes each as low faithfulness."""
     topics = setup_topics(broker, 2)
-    section = faithfulness(tmp_path, topics, sample_rate=0.1)
+    # threshold 1.0: every score is low, so review queues every scored trace
+    section = faithfulness(tmp_path, topics, sample_rate=0.1, threshold=1.0)
     sections = roles(broker, topics, section)
+    review_topic = broker.create_topic(unique("review"))
+    broker.create_topic(f"{review_topic}-verdicts")
+    sections["detectors"]["review"] = {
+        "enabled": True, "random_rate": 0.0, "thumbs_down_rate": 0.0, "follow_up_rate": 0.0,
+        "low_faithfulness_rate": 1.0, "weekly_reading": 0, "http": {"port": 0},
+        "topic": review_topic, "max_per_hour": {"low_faithfulness": 10_000},
+    }  # fmt: skip
     pool = scorers(sections, 2)
-    sidecars = start_sidecars(start_sidecar, sections, 2)
+    sidecars = start_sidecars(start_sidecar, sections, 2, tmp_path)
     wait_partitions(pool, 2)
     sent = traces(2000)
     rated = {tid for tid, _ in sent if trace_fraction(tid) < 0.1}
@@ -189,6 +206,8 @@ def test_two_sidecars_two_scorers_score_each_sampled_pair_once(
     )
     assert all(s.metric("rag_judge_scorer_pairs_total", outcome="judged") for s in pool)
     assert all(scores.seen.keys() == expected for _, scores in sidecars)
+    for sidecar, _ in sidecars:  # each replica queued its own; the topic shares them
+        wait_until(functools.partial(low_faithfulness, sidecar, len(expected)), 30)
 
     again = [r.value for r in broker.read(topics["requests"])[:20]]
     broker.produce(topics["requests"], again, partitions=4)  # as a redelivery would
@@ -210,7 +229,7 @@ def test_a_killed_scorer_loses_nothing_sampled(
     section = faithfulness(tmp_path, topics, sample_rate=1.0)
     sections = roles(broker, topics, section)
     pool = scorers(sections, 2)
-    [(sidecar, scores)] = start_sidecars(start_sidecar, sections, 1)
+    [(sidecar, scores)] = start_sidecars(start_sidecar, sections, 1, tmp_path)
     wait_partitions(pool, 2)
     answered = traces(600)
     without_context = traces(40, contexts=[{"doc_id": "d"}])
@@ -255,7 +274,7 @@ def test_four_sidecars_meet_one_floor_per_service(
     )
     sections = roles(broker, topics, section)
     pool = scorers(sections, 2)
-    sidecars = start_sidecars(start_sidecar, sections, 4)
+    sidecars = start_sidecars(start_sidecar, sections, 4, tmp_path)
     wait_partitions(pool, 2)
     sent = traces(400)
     broker.produce(topics["traces"], [v for _, v in sent], partitions=4)
