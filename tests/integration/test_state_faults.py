@@ -12,12 +12,8 @@ are skipped, saying so, where mounting is not permitted.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import shutil
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +23,7 @@ import yaml
 
 from detectors.drift.store import DriftStore
 from tests.conftest import SidecarProcess, wait_until
-from tests.integration.conftest import send_query_vectors
+from tests.integration.conftest import fill, log_events, send_query_vectors, tmpfs
 
 pytestmark = pytest.mark.integration
 
@@ -44,32 +40,6 @@ DRIFT = {
 GRACE_S = 30  # terminationGracePeriodSeconds of deploy/kubernetes/deployment.yaml
 
 
-@contextlib.contextmanager
-def tmpfs(mountpoint: Path, options: str) -> Iterator[Path]:
-    """A tmpfs mounted at ``mountpoint`` for the test; skips where mounting is not allowed."""
-    mountpoint.mkdir(parents=True, exist_ok=True)
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mountpoint)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {mounted.stderr}")
-    try:
-        yield mountpoint
-    finally:
-        subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True, check=False)
-
-
-def fill(directory: Path) -> None:
-    """Write zeros into ``directory`` until its file system has no space left."""
-    with contextlib.suppress(OSError), (directory / "filler").open("wb", buffering=0) as filler:
-        while True:  # until ENOSPC
-            filler.write(b"\0" * 4096)
-    assert shutil.disk_usage(directory).free == 0
-
-
 def otlp_port(process: SidecarProcess) -> int:
     config = yaml.safe_load(process.config_path.read_text())
     return int(config["collectors"]["otlp"]["http"]["port"])
@@ -77,12 +47,6 @@ def otlp_port(process: SidecarProcess) -> int:
 
 def drift_tests_run(process: SidecarProcess) -> float:
     return process.metric("rag_drift_tests_total")
-
-
-def log_events(process: SidecarProcess) -> list[dict[str, Any]]:
-    lines = process.log_path.read_text(errors="replace").splitlines()
-    assert not [line for line in lines if line.startswith("Traceback")], lines
-    return [json.loads(line) for line in lines if line.startswith("{")]
 
 
 def run_through_fault(

@@ -80,13 +80,41 @@ def test_offsets_of_a_failed_commit_ride_with_the_next_one() -> None:
     for offset in (0, 1):
         offsets.issue(TP, offset)
     offsets.done(TP, 0)
-    failed = offsets.committable()
-    assert failed == {TP: 1}
-    offsets.commit_failed(failed)
+    assert offsets.committable() == {TP: 1}  # and the broker refuses it
     assert offsets.committed_offset(TP) == 0  # the lag still counts them
     assert offsets.committable(only={OTHER}) == {}
     assert offsets.committable() == {TP: 1}
-    offsets.commit_failed({TP: 1})
     offsets.done(TP, 1)
     assert offsets.committable() == {TP: 2}  # the newer prefix wins
+    offsets.committed({TP: 2})
     assert offsets.committable() == {}
+
+
+@pytest.mark.parametrize(
+    ("done", "commit", "expected"),
+    [
+        ([], False, 4),
+        ([0, 1], True, 2),
+        ([0, 1], False, 4),  # a refused commit: its records are read again too
+        ([1, 2, 3], True, 4),  # finished behind the one in flight
+        ([0, 1, 2, 3], True, 0),
+    ],
+    ids=["all-in-flight", "prefix-committed", "commit-refused", "behind-a-gap", "all-committed"],
+)
+def test_uncommitted_counts_what_the_next_owner_reads_again(
+    done: list[int], commit: bool, expected: int
+) -> None:
+    """Read but not committed: in flight, finished behind a gap, or in a refused commit."""
+    offsets = OffsetTracker()
+    for offset in range(4):
+        offsets.issue(TP, offset)
+    offsets.issue(OTHER, 0)
+    for offset in done:
+        offsets.done(TP, offset)
+    taken = offsets.committable({TP})
+    if commit:
+        offsets.committed(taken)
+    assert offsets.uncommitted({TP}) == expected
+    assert offsets.uncommitted({TP, OTHER}) == expected + 1
+    offsets.forget({TP})
+    assert offsets.uncommitted({TP}) == 0
