@@ -1,14 +1,26 @@
-"""Scale-out: replicas in one consumer group add up in Prometheus, and drift runs per replica."""
+"""Scale-out: replicas in one consumer group add up in Prometheus, drift runs per replica,
+and scaling 1 -> 2 -> 1 under steady load reads again only what a revoke handed back."""
 
 from __future__ import annotations
 
 import random
+import signal
+import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from tests.conftest import SidecarProcess, wait_until
-from tests.integration.conftest import Broker, ends, rag_trace, traces_topic
+from tests.integration.conftest import (
+    Broker,
+    SteadyRecords,
+    ends,
+    kafka_trouble,
+    log_events,
+    rag_trace,
+    traces_topic,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -68,3 +80,64 @@ def test_two_replicas_add_up_and_each_tests_drift_on_its_partitions(
         0.5 * expected
     )
     assert all(s.metric("rag_requests_total") for s in sidecars)  # both took partitions
+
+
+# --- 1 -> 2 -> 1 replicas under steady load ---------------------------------------------------
+
+RATE = 200  # records per second over 4 partitions
+
+
+def kafka_reads(sidecar: SidecarProcess) -> float:
+    """Records this replica read and processed: first seen (ok) or read again (duplicate)."""
+    return sidecar.metric("rag_monitor_records_total", collector="kafka")
+
+
+def assignments(sidecar: SidecarProcess) -> list[int]:
+    """The partition counts of the replica's assignments so far, in order."""
+    return [e["partitions"] for e in log_events(sidecar) if e["event"] == "kafka_assigned"]
+
+
+def handed_back(events: list[dict[str, Any]]) -> int:
+    return sum(e["handed_back"] for e in events if e["event"] == "kafka_released")
+
+
+def test_scale_out_1_2_1_under_steady_load_reads_again_only_what_was_handed_back(
+    broker: Broker, sidecar_process: MakeProcess
+) -> None:
+    """One replica, a second joins, then stops (SIGTERM), under 200 records/s on 4
+    partitions: no error line and no kafka_unavailable in either log; every record is
+    committed; the records read twice (reads over both replicas minus records produced)
+    are at most those read but not committed when their partition left a replica."""
+    topic, settings = traces_topic(broker, partitions=4)
+    config = {"collectors": {"kafka": settings}}
+    a = sidecar_process(config, "a").start()
+    a.wait_ready()
+    with SteadyRecords(broker, topic, 4, RATE) as traffic:
+        wait_until(lambda: kafka_reads(a) >= RATE, timeout=30)
+        b = sidecar_process(config, "b").start()
+        joined_at = time.monotonic()
+        wait_until(lambda: assignments(a)[-1:] == [2] and assignments(b)[-1:] == [2], timeout=60)
+        scaled_out_s = time.monotonic() - joined_at
+        wait_until(lambda: kafka_reads(b) >= RATE, timeout=30)
+        assert b.stop(signal.SIGTERM) == 0
+        left_at = time.monotonic()
+        wait_until(lambda: assignments(a)[-1:] == [4], timeout=60)
+        scaled_in_s = time.monotonic() - left_at
+        reads_of_a = kafka_reads(a)
+        wait_until(lambda: kafka_reads(a) >= reads_of_a + RATE, timeout=30)
+    wait_until(lambda: broker.committed(settings["group_id"]) == ends(topic, traffic.placed), 60)
+
+    [stopped] = [e for e in log_events(b) if e["event"] == "stopped"]
+    reads_of_b = stopped["records"].get("kafka/ok", 0) + stopped["records"].get(
+        "kafka/duplicate", 0
+    )
+    replays = kafka_reads(a) + reads_of_b - len(traffic.placed)
+    handed = handed_back(log_events(a)) + handed_back(log_events(b))
+    print(
+        f"{len(traffic.placed)} records; replays {replays:.0f}, handed back {handed}; "
+        f"both replicas assigned {scaled_out_s:.1f} s after the second started, "
+        f"one holds all {scaled_in_s:.1f} s after it stopped"
+    )
+    assert 0 <= replays <= handed
+    assert kafka_trouble(a) == kafka_trouble(b) == []
+    assert a.metric("rag_monitor_kafka_commit_failures_total") == 0
