@@ -104,6 +104,7 @@ def test_missing_extra_stops_the_build(
     assert str(raised.value) == message
 
 
+@pytest.mark.usefixtures("restored_logging")  # main() configures logging
 def test_run_reports_the_missing_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -117,6 +118,7 @@ def test_run_reports_the_missing_extra(
     ) in err
 
 
+@pytest.mark.usefixtures("restored_logging")  # main() configures logging
 def test_score_reports_the_missing_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -134,6 +136,7 @@ def test_score_reports_the_missing_extra(
     )
 
 
+@pytest.mark.usefixtures("restored_logging")  # main() configures logging
 def test_demo_reports_the_missing_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -144,6 +147,7 @@ def test_demo_reports_the_missing_extra(
     assert "needs the hhem extra: pip install 'rag-monitor[hhem]'" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("restored_logging")  # main() configures logging
 def test_report_drift_reports_the_missing_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -171,6 +175,7 @@ def test_missing_models_leaves_hhem_to_the_build_without_its_extra(
     assert COMPONENT.models.missing(config) == []
 
 
+@pytest.mark.usefixtures("restored_logging")  # main() configures logging
 def test_models_fetch_names_the_extras_without_the_hub_client(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
