@@ -120,6 +120,28 @@ def test_compose_names_the_whole_stack() -> None:
     Config.model_validate(yaml.safe_load((compose_dir / "monitor.yaml").read_text()))
 
 
+def test_compose_remote_layout_runs_slim_sidecar_and_scorers() -> None:
+    """remote.yaml turns the compose stack into the remote layout: the sidecar in the core image
+    with judge_location kafka, scorers built from the scorer target running `score` on the same
+    valid config, and Prometheus scraping them under the sidecar's job."""
+    compose_dir = DEPLOY / "compose"
+    remote = yaml.safe_load((compose_dir / "remote.yaml").read_text())["services"]
+    assert remote["rag-monitor"]["build"]["args"] == {"EXTRAS": ""}
+    scorer = remote["scorer"]
+    assert scorer["build"]["target"] == "scorer"
+    assert scorer["command"][:1] == ["score"]
+    [mount] = scorer["volumes"]
+    source, target = mount.split(":")[:2]
+    assert remote["rag-monitor"]["volumes"] == [mount]  # the same file, at the same target
+    assert target == "/etc/rag-monitor/monitor.yaml"
+    config = Config.model_validate(yaml.safe_load((compose_dir / source).read_text()))
+    assert config.detectors.faithfulness.judge_location == "kafka"
+    assert config.collectors.kafka.bootstrap_servers
+    scrape = yaml.safe_load((compose_dir / "prometheus.yml").read_text())["scrape_configs"]
+    [job] = [job for job in scrape if job["job_name"] == config.guardrails.job]
+    assert job["dns_sd_configs"][0]["names"] == ["scorer"]
+
+
 def _stages(text: str) -> dict[str, str]:
     """The Dockerfile's stages by name: the lines from each `FROM ... AS name` to the next."""
     parts = re.split(r"^FROM \S+ AS (\S+)\n", text, flags=re.MULTILINE)
