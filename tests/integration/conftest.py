@@ -660,6 +660,16 @@ def log_events(process: SidecarProcess) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.startswith("{")]
 
 
+def kafka_reads(sidecar: SidecarProcess) -> float:
+    """Records a replica read and processed: first seen (ok) or read again (duplicate)."""
+    return sidecar.metric("rag_monitor_records_total", collector="kafka")
+
+
+def assignments(sidecar: SidecarProcess) -> list[int]:
+    """The partition counts of a replica's assignments so far, in order."""
+    return [e["partitions"] for e in log_events(sidecar) if e["event"] == "kafka_assigned"]
+
+
 def kafka_trouble(process: SidecarProcess) -> list[dict[str, Any]]:
     """Log events that must not appear while the broker is up: errors, anything kafka-python
     says about a rebalance listener (failed, or slow), and ``kafka_unavailable``."""

@@ -15,7 +15,9 @@ from tests.conftest import SidecarProcess, wait_until
 from tests.integration.conftest import (
     Broker,
     SteadyRecords,
+    assignments,
     ends,
+    kafka_reads,
     kafka_trouble,
     log_events,
     traces_topic,
@@ -35,16 +37,6 @@ KAFKA = {
     "static_membership": False,
     "consumer": {"session_timeout_ms": SESSION_MS, "heartbeat_interval_ms": 500},
 }
-
-
-def kafka_reads(sidecar: SidecarProcess) -> float:
-    """Records this replica read and processed: first seen (ok) or read again (duplicate)."""
-    return sidecar.metric("rag_monitor_records_total", collector="kafka")
-
-
-def assignments(sidecar: SidecarProcess) -> list[int]:
-    """The partition counts of the replica's assignments so far, in order."""
-    return [e["partitions"] for e in log_events(sidecar) if e["event"] == "kafka_assigned"]
 
 
 def balanced(replicas: list[SidecarProcess]) -> bool:

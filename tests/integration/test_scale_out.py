@@ -15,7 +15,9 @@ from tests.conftest import SidecarProcess, wait_until
 from tests.integration.conftest import (
     Broker,
     SteadyRecords,
+    assignments,
     ends,
+    kafka_reads,
     kafka_trouble,
     log_events,
     rag_trace,
@@ -85,16 +87,6 @@ def test_two_replicas_add_up_and_each_tests_drift_on_its_partitions(
 # --- 1 -> 2 -> 1 replicas under steady load ---------------------------------------------------
 
 RATE = 200  # records per second over 4 partitions
-
-
-def kafka_reads(sidecar: SidecarProcess) -> float:
-    """Records this replica read and processed: first seen (ok) or read again (duplicate)."""
-    return sidecar.metric("rag_monitor_records_total", collector="kafka")
-
-
-def assignments(sidecar: SidecarProcess) -> list[int]:
-    """The partition counts of the replica's assignments so far, in order."""
-    return [e["partitions"] for e in log_events(sidecar) if e["event"] == "kafka_assigned"]
 
 
 def handed_back(events: list[dict[str, Any]]) -> int:
