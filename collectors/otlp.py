@@ -13,10 +13,10 @@ import binascii
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -135,13 +135,21 @@ class SpanRejected(ValueError):
     pass
 
 
-def decode_otlp_proto(body: bytes) -> DecodedSpans:
-    """Decode an OTLP ``ExportTraceServiceRequest`` in protobuf encoding."""
+ProtoMessage = TypeVar("ProtoMessage", bound=Message)
+
+
+def parse_proto(kind: type[ProtoMessage], body: bytes) -> ProtoMessage:
+    """``body`` parsed as a ``kind`` message; undecodable, it raises PayloadError (a 400)."""
     try:
-        request = ExportTraceServiceRequest.FromString(body)
+        message: ProtoMessage = kind.FromString(body)
     except (DecodeError, RuntimeError, ValueError) as exc:
         raise PayloadError(f"undecodable protobuf: {type(exc).__name__}") from exc
-    return spans_from_request(request)
+    return message
+
+
+def decode_otlp_proto(body: bytes) -> DecodedSpans:
+    """Decode an OTLP ``ExportTraceServiceRequest`` in protobuf encoding."""
+    return spans_from_request(parse_proto(ExportTraceServiceRequest, body))
 
 
 def spans_from_request(request: ExportTraceServiceRequest) -> DecodedSpans:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsPartialSuccess,
     ExportLogsServiceRequest,
@@ -33,6 +32,7 @@ from collectors.otlp import (
     _json_list,
     _proto_attributes,
     _proto_id,
+    parse_proto,
 )
 from collectors.span_evaluations import EVALUATION_EVENT, genai_result
 from monitor.trace import EvaluationResult
@@ -98,11 +98,7 @@ def _is_evaluation(event_name: Any, attributes: dict[str, Any]) -> bool:
 
 def decode_logs_proto(body: bytes) -> DecodedLogs:
     """Decode an ``ExportLogsServiceRequest`` in protobuf encoding."""
-    try:
-        request = ExportLogsServiceRequest.FromString(body)
-    except (DecodeError, RuntimeError, ValueError) as exc:
-        raise PayloadError(f"undecodable protobuf: {type(exc).__name__}") from exc
-    return logs_from_request(request)
+    return logs_from_request(parse_proto(ExportLogsServiceRequest, body))
 
 
 def logs_from_request(request: ExportLogsServiceRequest) -> DecodedLogs:
