@@ -33,9 +33,11 @@ class FetchError(Exception):
 
 
 def fetch_models(
-    config: Config, to: Path | None, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+    config: Config, to: Path | None, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
-    """Fetch, verify and print the settings for every model ``config``'s detectors read."""
+    """Fetch, verify and print the settings for every model ``config``'s detectors read
+    (on the process's stdout and stderr of the moment, unless given others)."""
+    out, err = out or sys.stdout, err or sys.stderr
     to = None if to is None else to.expanduser().resolve()
     settings: dict[str, dict[str, str]] = {}
     try:

@@ -46,6 +46,7 @@ DRIFT = {
 DIMENSIONS = 3  # the size of the EMBEDDING span's vector in otel_traffic
 TTFT_S = 0.3
 INTENTS = ["refunds", "billing"]  # detectors.slices.intents
+EVALUATION = "answer_relevancy"  # detectors.evaluations.evaluations
 DOCUMENT_TYPE = "application/pdf"
 
 
@@ -100,8 +101,8 @@ def shadow_twins(start: int) -> list[RagRequest]:
 
 
 def otlp_requests() -> list[RagRequest]:
-    """Every golden probe, a leak, an unpriced model, a plain request and its shadow twin, all
-    with TTFT, an intent and document types.
+    """Every golden probe, a leak, an unpriced model, a plain request with an evaluator's
+    verdict and a shadow twin, all with TTFT, an intent and document types.
 
     Every request asks the same question, so each gets a session of its own but the plain
     request, re-asked every round in session s1: one regeneration a round. With every
@@ -118,7 +119,9 @@ def otlp_requests() -> list[RagRequest]:
         replace(request, extra={"session.id": f"s{start}-{i}", **request.extra})
         for i, request in enumerate(round_)
     ]
-    round_.append(RagRequest(start_ns=start))
+    # an evaluator's verdict on the plain request, as an OpenInference annotation
+    judged = {"annotations.0.annotation.name": EVALUATION, "annotations.0.annotation.score": 0.9}
+    round_.append(RagRequest(start_ns=start, extra=judged))
     intents = [INTENTS[i % len(INTENTS)] for i in range(len(round_))]
     return [
         sliced(replace(request, ttft_s=TTFT_S), intent)
@@ -163,6 +166,7 @@ def test_every_panel_query_returns_data_after_traffic(
             "filter_exclusion": {"golden_set": str(golden)},
             "drift": DRIFT,
             "shadow": {"enabled": True, "pair_ttl_s": 5, "settle_s": 2, **shadow_topics},
+            "evaluations": {"evaluations": {EVALUATION: {"score_min": 0.7}}},
             "slices": {"intents": INTENTS, "document_types": [DOCUMENT_TYPE]},
             # every OTLP request is queued for review, and the hourly bound skips some
             "review": {
