@@ -1,6 +1,6 @@
 """Evaluators' verdicts carried in spans, as ``EvaluationResult`` values.
 
-Three shapes (docs, "Bring your own evaluator"):
+Four shapes (docs, "Bring your own evaluator"):
 
 - the OpenTelemetry GenAI event ``gen_ai.evaluation.result`` on the evaluated span:
   ``gen_ai.evaluation.name``, ``gen_ai.evaluation.score.value``,
@@ -10,6 +10,10 @@ Three shapes (docs, "Bring your own evaluator"):
   ``annotations.<i>.annotation.{name,score,label,explanation}`` and the same under
   ``evaluations.<i>.evaluation.*``, span-scoped or trace-scoped (``trace.annotations``,
   ``trace.evaluations``); an EVALUATOR span carries its verdict this way;
+- an EVALUATOR span with neither carries its verdicts in ``output.value``: a JSON list
+  of ``{name, score, label, explanation}`` objects (arize-phoenix-evals writes its
+  ``Score.to_dict()`` list there); one that wrote none and recorded an ``exception``
+  event is a failed judge: one error result, without a name;
 - the same ``gen_ai.evaluation.*`` attributes of a log record (``collectors/otlp_logs.py``).
 
 A value of the wrong type reads as absent (a NaN or infinite score too), never trusted;
@@ -23,10 +27,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from collectors.otlp import Span
-from collectors.span_text import number
+from collectors.span_kinds import span_kind
+from collectors.span_text import io_value, number
 from monitor.trace import EvaluationResult
 
 EVALUATION_EVENT = "gen_ai.evaluation.result"
+EXCEPTION_EVENT = "exception"  # OpenTelemetry's event for a recorded exception
 MAX_RESULTS = 256  # RagTrace.evaluations' bound
 MAX_VALUE_LENGTH = 256
 # (attribute prefix, inner key) of OpenInference's feedback attributes.
@@ -36,6 +42,8 @@ OPENINFERENCE_FEEDBACK = (
     ("trace.annotations", "annotation"),
     ("trace.evaluations", "evaluation"),
 )
+# A feedback entry holds at least one of these.
+FEEDBACK_FIELDS = ("name", "score", "label")
 
 
 def _short(value: Any) -> str | None:
@@ -62,30 +70,57 @@ def genai_result(
     )
 
 
+def _feedback(values: Mapping[str, Any], prefix: str, span: Span) -> EvaluationResult:
+    """OpenInference feedback: ``<prefix>{name,score,label,explanation}`` of ``values``."""
+    explanation = values.get(prefix + "explanation")
+    return EvaluationResult(
+        name=_short(values.get(prefix + "name")),
+        score=number(values.get(prefix + "score")),
+        label=_short(values.get(prefix + "label")),
+        explanation=explanation if isinstance(explanation, str) else None,
+        trace_id=span.trace_id,
+        span_id=span.span_id,
+    )
+
+
 def _openinference_results(span: Span) -> Iterator[EvaluationResult]:
     attributes = span.attributes
     for prefix, inner in OPENINFERENCE_FEEDBACK:
         for index in range(MAX_RESULTS):
             key = f"{prefix}.{index}.{inner}."
-            fields = ("name", "score", "label")
-            if not any(key + field in attributes for field in fields):
+            if not any(key + field in attributes for field in FEEDBACK_FIELDS):
                 break
-            explanation = attributes.get(key + "explanation")
-            yield EvaluationResult(
-                name=_short(attributes.get(key + "name")),
-                score=number(attributes.get(key + "score")),
-                label=_short(attributes.get(key + "label")),
-                explanation=explanation if isinstance(explanation, str) else None,
-                trace_id=span.trace_id,
-                span_id=span.span_id,
-            )
+            yield _feedback(attributes, key, span)
+
+
+def _evaluator_output_results(span: Span) -> list[EvaluationResult]:
+    """An EVALUATOR span's ``output.value`` verdicts, or its failure as an error result."""
+    _, output = io_value(span.attributes, "output")
+    verdicts = output if isinstance(output, list) else []
+    results = [
+        _feedback(verdict, "", span)
+        for verdict in verdicts[:MAX_RESULTS]
+        if isinstance(verdict, dict) and any(field in verdict for field in FEEDBACK_FIELDS)
+    ]
+    failure = next((event for event in span.events if event.name == EXCEPTION_EVENT), None)
+    if not results and failure is not None:
+        error_type = _short(failure.attributes.get("exception.type")) or EXCEPTION_EVENT
+        results.append(EvaluationResult(error_type=error_type, trace_id=span.trace_id,
+                                        span_id=span.span_id))  # fmt: skip
+    return results
 
 
 def _span_results(span: Span) -> Iterator[EvaluationResult]:
+    found = False
     for event in span.events:
         if event.name == EVALUATION_EVENT:
+            found = True
             yield genai_result(event.attributes, span.trace_id, span.span_id)
-    yield from _openinference_results(span)
+    for result in _openinference_results(span):
+        found = True
+        yield result
+    if not found and span_kind(span) == "EVALUATOR":
+        yield from _evaluator_output_results(span)
 
 
 def evaluation_results(spans: Sequence[Span]) -> tuple[EvaluationResult, ...]:

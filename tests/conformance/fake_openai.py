@@ -12,6 +12,7 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -51,6 +52,9 @@ class FakeOpenAI:
 
     replies: list[Reply] = field(default_factory=list)
     delay_s: float = 0.005
+    # An LLM judge's verdict: a request for a JSON-schema answer (structured output) gets
+    # judge(prompt text) as its JSON content instead of the fixed answer.
+    judge: Callable[[str], dict[str, Any]] | None = None
     _server: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -97,6 +101,11 @@ class FakeOpenAI:
             (_message_text(m) for m in reversed(messages) if m.get("role") == "user"), ""
         )
         text = answer_for(question[-60:])
+        if (
+            self.judge is not None
+            and (body.get("response_format") or {}).get("type") == "json_schema"
+        ):
+            text = json.dumps(self.judge(prompt_text))
         model = body.get("model", "gpt-4o-mini")
         usage = {
             "prompt_tokens": count_tokens(prompt_text),

@@ -3,6 +3,7 @@ annotations map to RagTrace.evaluations; bad values read as absent, never crash.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 from typing import Any
@@ -15,7 +16,7 @@ from collectors.records import rag_trace_from_document
 from collectors.span_evaluations import EVALUATION_EVENT, MAX_RESULTS, evaluation_results
 from monitor.events import InvalidRecord
 from monitor.trace import EvaluationResult
-from tests.unit.test_openinference import TRACE, rag_spans
+from tests.unit.test_openinference import TRACE, rag_spans, span
 
 
 def _with(span: Span, *events: dict[str, Any], **attributes: Any) -> Span:
@@ -82,6 +83,73 @@ def test_results_per_trace_are_bounded() -> None:
     many_events = [{"gen_ai.evaluation.name": f"e{i}"} for i in range(1000)]
     spans[4] = _with(spans[4], *many_events)
     assert len(evaluation_results(spans)) == MAX_RESULTS
+
+
+# What arize-phoenix-evals 3.9 writes on its EVALUATOR span: json.dumps of Score.to_dict()s.
+PHOENIX_SCORES = json.dumps([
+    {"name": "relevance", "score": 1.0, "label": "relevant", "explanation": "on topic",
+     "metadata": {"model": "gpt-4o-mini", "trace_id": TRACE}, "kind": "llm",
+     "direction": "maximize"},
+    {"name": "has_citation", "score": 0, "label": "False", "kind": "code"},
+])  # fmt: skip
+ANNOTATED: dict[str, Any] = {"annotations.0.annotation.name": "judge",
+                             "annotations.0.annotation.score": 0.5}  # fmt: skip
+EXCEPTION = SpanEvent("exception", 0, {"exception.type": "ValueError", "exception.message": "x"})
+
+
+def _evaluator(output: Any = None, *events: SpanEvent, kind: str = "EVALUATOR",
+               **attributes: Any) -> Span:  # fmt: skip
+    if output is not None:
+        attributes["output.value"] = output
+    return replace(span("e1", "a1", kind, 1500, 1600, **attributes), events=events)
+
+
+def test_evaluator_span_output_scores_reach_the_trace() -> None:
+    """An EVALUATOR span's output.value score list (arize-phoenix-evals) becomes the trace's
+    evaluations, each naming the evaluator span; its judge's LLM call is not the answer."""
+    spans = [*rag_spans(), _evaluator(PHOENIX_SCORES),
+             span("e2", "e1", "LLM", 1510, 1590, **{"output.value": '{"label": "relevant"}'})]  # fmt: skip
+    trace = TraceMapper().build(spans, "otlp")
+    assert trace is not None
+    evaluator = "e1".ljust(16, "0")
+    assert trace.evaluations == (
+        EvaluationResult("relevance", 1.0, "relevant", "on topic", trace_id=TRACE,
+                         span_id=evaluator),
+        EvaluationResult("has_citation", 0.0, "False", trace_id=TRACE, span_id=evaluator),
+    )  # fmt: skip
+    assert trace.answer == "a."
+
+
+@pytest.mark.parametrize(
+    ("evaluator", "expected"),
+    [
+        (_evaluator(None, EXCEPTION, EXCEPTION), [(None, None, "ValueError")]),
+        (_evaluator(None, SpanEvent("exception", 0, {})), [(None, None, "exception")]),
+        (_evaluator(PHOENIX_SCORES, EXCEPTION), [("relevance", 1.0, None), ("has_citation", 0.0, None)]),
+        (_evaluator(PHOENIX_SCORES, **ANNOTATED), [("judge", 0.5, None)]),
+        (_evaluator(PHOENIX_SCORES, kind="CHAIN"), []),
+        (_evaluator(None), []),
+        (_evaluator("relevant"), []),
+        (_evaluator('{"name": "relevance", "score": 1}'), []),
+        (_evaluator("[" * 5000 + "]" * 5000), []),
+        (_evaluator("[{"), []),
+        (_evaluator(json.dumps([1, "x", None, {"kind": "llm"}, {"score": "0.9"}])),
+         [(None, None, None)]),
+        (_evaluator(json.dumps([{"name": f"m{i}"} for i in range(1000)])),
+         [(f"m{i}", None, None) for i in range(MAX_RESULTS)]),
+    ],
+    ids=["raised-twice", "raised-untyped", "scores-win-over-exception",
+         "attributes-win-over-output", "not-an-evaluator", "no-output", "plain-text",
+         "object-not-list", "deeply-nested", "invalid-json", "entries-without-fields",
+         "bounded"],
+)  # fmt: skip
+def test_evaluator_span_failures_and_other_outputs(
+    evaluator: Span, expected: list[tuple[Any, ...]]
+) -> None:
+    """A judge that raised and wrote no verdict is one error result without a name; a
+    verdict the span carries otherwise wins; any other output gives nothing, never a crash."""
+    results = evaluation_results([evaluator])
+    assert [(result.name, result.score, result.error_type) for result in results] == expected
 
 
 def test_rag_trace_records_carry_evaluations_and_refuse_nan() -> None:
