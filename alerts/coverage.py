@@ -134,9 +134,9 @@ def rows(guardrails: GuardrailsConfig) -> list[Row]:
                 )
             ],
             unit="ops",
-            description="Traces with no LLM span and no span of mapping.request_kinds with a "
-            "query: index building and health checks, or an instrumentation whose spans the "
-            "mapping does not recognise.",
+            description="Traces with no LLM span and no span of "
+            "collectors.spans.mapping.request_kinds with a query: index building and health "
+            "checks, or an instrumentation whose spans the mapping does not recognise.",
             width=8,
         ),
         Panel(

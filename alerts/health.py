@@ -115,8 +115,9 @@ def _bound_alerts(guardrails: GuardrailsConfig) -> list[dict[str, Any]]:
             "{{ $labels.collector }})",
             description='{{ $value | printf "%.0f" }} span(s) from the {{ $labels.collector }} '
             f"collector were refused in the last {window} because their trace already held "
-            "assembly.max_spans_per_trace spans; a producer sends runaway traces (an agent "
-            "loop, mis-nested instrumentation). Those traces are measured on a part of them.",
+            "collectors.spans.assembly.max_spans_per_trace spans; a producer sends runaway "
+            "traces (an agent loop, mis-nested instrumentation). Those traces are measured on "
+            "a part of them.",
             for_="0s",
         ),
     ]

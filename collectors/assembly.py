@@ -5,7 +5,9 @@ before or after the root. A trace is emitted once: ``grace_s`` after its root
 span arrived (``complete``), ``ttl_s`` after its first span without a root
 (``expired``), or early when more than ``max_pending_traces`` are held
 (``evicted``, the oldest first). Spans arriving for a trace already emitted
-are counted as late and dropped, so a straggler cannot make a second request;
+are counted as late and dropped, so a straggler cannot make a second request; the
+evaluation results a late span carries (an evaluator that ran after the request was
+emitted) are handed on as events, joined to the request by trace id like log records;
 emitted trace ids are remembered for ``2 * ttl_s`` (and at most 200,000), so that
 memory levels off after two TTLs instead of growing with traffic.
 A trace holds at most ``max_spans_per_trace`` spans: further ones are refused
@@ -29,9 +31,10 @@ import structlog
 
 from collectors.openinference import TraceMapper
 from collectors.otlp import Span
-from monitor.config import AssemblyConfig, MappingConfig
+from collectors.span_evaluations import evaluation_results
+from collectors.spans_config import AssemblyConfig, MappingConfig
 from monitor.intake import Added, EmittedTrace, Ticket
-from monitor.trace import Source
+from monitor.trace import EvaluationResult, Source
 
 log = structlog.get_logger("rag_monitor.assembly")
 
@@ -85,17 +88,19 @@ class SpanAssembler:
 
     def add(
         self, spans: Iterable[Span], source: Source, now: float, ticket: Ticket | None = None
-    ) -> tuple[list[AssembledTrace], int, int]:
-        """Add spans; returns the traces evicted to stay under the limit, the late-span count
-        and the count of spans refused over ``max_spans`` for their trace."""
-        late = refused = 0
+    ) -> tuple[list[AssembledTrace], list[Span], int]:
+        """Add spans; returns the traces evicted to stay under the limit, the late spans
+        (of a trace already emitted, dropped) and the count of spans refused over
+        ``max_spans`` for their trace."""
+        late: list[Span] = []
+        refused = 0
         self._now = now
         for span in spans:
             trace_id = span.trace_id
             pending = self._pending.get(trace_id)
             if pending is None:
                 if trace_id in self._emitted:
-                    late += 1
+                    late.append(span)
                     continue
                 pending = self._pending[trace_id] = _Pending(source, now)
             if span.parent_span_id is None and pending.root_seen is None:
@@ -190,7 +195,7 @@ class SpanAssembly:
         self, spans: Iterable[Span], source: Source, now: float, ticket: Ticket | None
     ) -> Added:
         evicted, late, refused = self._assembler.add(spans, source, now, ticket)
-        return Added(self._mapped(evicted), late, refused)
+        return Added(self._mapped(evicted), len(late), refused, self._late_results(late))
 
     def claim(self, trace_id: str) -> bool:
         return self._assembler.claim(trace_id)
@@ -200,6 +205,17 @@ class SpanAssembly:
 
     def drain(self) -> list[EmittedTrace]:
         return self._mapped(self._assembler.drain())
+
+    @staticmethod
+    def _late_results(late: list[Span]) -> tuple[EvaluationResult, ...]:
+        """The evaluation results late spans carry: events, their request long emitted."""
+        if not late:
+            return ()
+        try:
+            return evaluation_results(late)
+        except Exception:  # a reading bug must not stop the sidecar; the spans count as late
+            log.exception("late_evaluations_failed", spans=len(late))
+            return ()
 
     def _mapped(self, traces: list[AssembledTrace]) -> list[EmittedTrace]:
         emitted = []

@@ -1,16 +1,21 @@
 """The collectors' registrations (entry-point group ``rag_monitor.collectors``).
 
-The sidecar finds its receivers and the span assembly here through the
+The sidecar finds its receivers, the span assembly and their config sections
+(``collectors.spans``, ``collectors.otlp``, ``collectors.kafka``) here through the
 registry, so the core never imports a collector. Each receiver module is
-imported only when its component builds (grpc and kafka are slow to import).
+imported only when its component builds (grpc and kafka are slow to import);
+the config modules import neither.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
-from monitor.components import CollectorComponent, Receiver
-from monitor.intake import Consumer, TraceAssembly
+from collectors.kafka_config import KafkaConfig
+from collectors.otlp_config import OtlpConfig
+from collectors.spans_config import SpansConfig
+from monitor.components import CollectorComponent, CollectorContext, Receiver
+from monitor.intake import TraceAssembly
 
 # A request already in a handler when the stop begins gets this long to be answered:
 # its submit waits 2 s at most, and the stop must fit the 30 s Kubernetes grace period.
@@ -30,8 +35,9 @@ class ListeningReceiver:
     request can still be accepted: new ones are refused (retry elsewhere) and those in
     progress have been answered, so that everything answered OK is in the pipeline."""
 
-    def __init__(self, server: _Server) -> None:
+    def __init__(self, server: _Server, max_connections: int) -> None:
         self.server = server
+        self.max_connections = max_connections
         self.listening = False
 
     @property
@@ -54,37 +60,62 @@ class ListeningReceiver:
         self.server.shutdown()
 
 
-def _span_assembly(config: Any) -> TraceAssembly:
+def _span_assembly(config: SpansConfig) -> TraceAssembly:
     from collectors.assembly import SpanAssembly
 
     return SpanAssembly(config.assembly, config.mapping)
 
 
-def _otlp_http(config: Any, consumer: Consumer) -> Receiver | None:
+def _otlp_http(otlp: OtlpConfig, context: CollectorContext) -> Receiver | None:
+    if not otlp.http.enabled:
+        return None
     from collectors.otlp_http import OtlpHttpReceiver
 
-    otlp = config.collectors.otlp
-    return ListeningReceiver(OtlpHttpReceiver(otlp, consumer)) if otlp.http.enabled else None
+    receiver = OtlpHttpReceiver(otlp, context.consumer, context.token)
+    return ListeningReceiver(receiver, otlp.http.max_connections)
 
 
-def _otlp_grpc(config: Any, consumer: Consumer) -> Receiver | None:
-    otlp = config.collectors.otlp
+def _otlp_grpc(otlp: OtlpConfig, context: CollectorContext) -> Receiver | None:
     if not otlp.grpc.enabled:
         return None
     from collectors.otlp_grpc import OtlpGrpcReceiver
 
-    return ListeningReceiver(OtlpGrpcReceiver(otlp, consumer))
+    receiver = OtlpGrpcReceiver(otlp, context.consumer, context.token)
+    return ListeningReceiver(receiver, otlp.grpc.max_connections)
 
 
-def _kafka(config: Any, consumer: Consumer) -> Receiver | None:
-    if config.collectors.kafka.bootstrap_servers is None:
+def _kafka(kafka: KafkaConfig, context: CollectorContext) -> Receiver | None:
+    if kafka.bootstrap_servers is None:
         return None
     from collectors.kafka import KafkaCollector
 
-    return KafkaCollector(config.collectors.kafka, consumer)
+    return KafkaCollector(kafka, context.consumer)
 
 
-SPANS = CollectorComponent(name="spans", assembly=_span_assembly, order=0)
-OTLP_HTTP = CollectorComponent(name="otlp_http", build=_otlp_http, order=10)
-OTLP_GRPC = CollectorComponent(name="otlp_grpc", build=_otlp_grpc, order=20)
-KAFKA = CollectorComponent(name="kafka", build=_kafka, order=30)
+SPANS = CollectorComponent(
+    name="spans",
+    config_model=SpansConfig,
+    description="how spans from every collector become RAG traces",
+    assembly=_span_assembly,
+    order=0,
+)
+_OTLP = "OTLP receivers"
+OTLP_HTTP = CollectorComponent(
+    name="otlp_http",
+    config_model=OtlpConfig,
+    description=_OTLP,
+    section="otlp",
+    build=_otlp_http,
+    order=10,
+)
+OTLP_GRPC = CollectorComponent(
+    name="otlp_grpc",
+    config_model=OtlpConfig,
+    description=_OTLP,
+    section="otlp",
+    build=_otlp_grpc,
+    order=20,
+)
+KAFKA = CollectorComponent(
+    name="kafka", config_model=KafkaConfig, description="Kafka consumer", build=_kafka, order=30
+)

@@ -149,11 +149,12 @@ def receive_otlp(config: Any, port: int, seconds: float, out: IO[str]) -> list[S
     """Spans exported to an OTLP/HTTP receiver on ``port`` (the sidecar's own, with the
     ``collectors.otlp`` settings) within ``seconds``; Ctrl-C ends the wait early."""
     from collectors.otlp_http import OtlpHttpReceiver
+    from monitor.components import write_token
 
     otlp = config.collectors.otlp
     settings = otlp.model_copy(update={"http": otlp.http.model_copy(update={"port": port})})
     received = _Received()
-    receiver = OtlpHttpReceiver(settings, received)
+    receiver = OtlpHttpReceiver(settings, received, write_token(config.service.auth_token_env))
     receiver.start()
     try:
         out.write(
@@ -238,7 +239,7 @@ def run(args: argparse.Namespace, config: Any) -> int:
         print("rag-monitor inspect: no readable traces", file=sys.stderr)
         return NOTHING_READ
     try:
-        _print_reports(traces, config.mapping, args.json)
+        _print_reports(traces, config.collectors.spans.mapping, args.json)
     except BrokenPipeError:  # | head: the reader has what it wanted
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (the flush at exit must not fail)
     return 0

@@ -19,7 +19,7 @@ import orjson
 from collectors.openinference import TraceMapper
 from collectors.otlp import Span
 from collectors.span_kinds import STAGE_OF_KIND
-from monitor.config import MappingConfig
+from collectors.spans_config import MappingConfig
 from monitor.coverage import PRESENT, stage_field
 from monitor.trace import RagTrace
 
@@ -60,15 +60,16 @@ def escape_pointer(key: str) -> str:
 
 def not_a_request(spans: Sequence[Span], kinds: Mapping[str, str], mapping: MappingConfig) -> str:
     others = [kind for kind in mapping.request_kinds if kind != "LLM"]
-    llm = "no LLM span" if "LLM" in mapping.request_kinds else "LLM is not in mapping.request_kinds"
+    kinds_key = "collectors.spans.mapping.request_kinds"
+    llm = "no LLM span" if "LLM" in mapping.request_kinds else f"LLM is not in {kinds_key}"
     with_kind = next((span for span in spans if kinds[span.span_id] in others), None)
     if with_kind is not None:
         why = (
-            f'{kinds[with_kind.span_id]} span "{with_kind.name}" (of mapping.request_kinds) '
+            f'{kinds[with_kind.span_id]} span "{with_kind.name}" (of {kinds_key}) '
             "comes with no query"
         )
     else:
-        why = f"no span of mapping.request_kinds {others} (those count with a query)"
+        why = f"no span of {kinds_key} {others} (those count with a query)"
     seen = ", ".join(sorted({kind for kind in kinds.values() if kind}) or ["none"])
     return f"not a RAG request: {llm}, and {why}; span kinds seen: {seen}"
 
@@ -133,7 +134,7 @@ class MissingReasons:
         if isinstance(parsed_json(value), list | dict):
             pointers = getattr(self._mapping, key)
             return (
-                f"{where}'s {which}.value is JSON and no pointer of mapping.{key} "
+                f"{where}'s {which}.value is JSON and no pointer of collectors.spans.mapping.{key} "
                 f"{pointers} leads to text in it"
             )
         return f"{where}'s {which}.value is not usable text (a generator's repr?)"
@@ -161,7 +162,8 @@ class MissingReasons:
             reason = "no RETRIEVER span with documents"
         attributes = getattr(self._mapping, "document_attributes", None)
         if attributes is not None:
-            reason += f"; no span holds an attribute of mapping.document_attributes {attributes}"
+            key = "collectors.spans.mapping.document_attributes"
+            reason += f"; no span holds an attribute of {key} {attributes}"
         return reason
 
     def _retrieved_ids(self) -> str:

@@ -29,7 +29,7 @@ from collectors.inspect_missing import (
 from collectors.openinference import TraceMapper
 from collectors.otlp import Span
 from collectors.span_stages import judged_spans
-from monitor.config import MappingConfig
+from collectors.spans_config import MappingConfig
 from monitor.coverage import PRESENT, REQUEST
 from monitor.trace import Context, RagTrace, Usage
 

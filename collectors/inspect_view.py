@@ -115,10 +115,11 @@ def render(report: dict[str, Any]) -> str:
 
 
 def mapping_yaml(mapping: dict[str, Any]) -> str:
-    """``mapping:`` content as the config file writes it."""
+    """``mapping`` content as the config file writes it (``collectors.spans.mapping``)."""
     import yaml
 
-    return yaml.safe_dump({"mapping": mapping}, default_flow_style=None, sort_keys=False)
+    snippet = {"collectors": {"spans": {"mapping": mapping}}}
+    return yaml.safe_dump(snippet, default_flow_style=None, sort_keys=False)
 
 
 def summary(reports: Sequence[dict[str, Any]]) -> str:

@@ -31,8 +31,10 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
+from prometheus_client import Gauge
 
 from collectors.kafka_commits import Commits, RebalanceListener
+from collectors.kafka_config import KafkaConfig, PayloadFormat
 from collectors.kafka_dead_letter import DeadLetters
 from collectors.kafka_group import consumer_settings, in_group
 from collectors.kafka_offsets import OffsetTracker
@@ -40,7 +42,7 @@ from collectors.otlp import PayloadError, decode_otlp_json, decode_otlp_proto
 from collectors.records import parse_rag_trace
 from monitor.events import InvalidRecord, parse_feedback, parse_labels
 from monitor.intake import Consumer, Events, SpanBatch, Ticket, WholeTrace, WorkItem
-from monitor.kafka_config import KafkaConfig, PayloadFormat
+from monitor.names import KAFKA_LAG_RECORDS
 from monitor.worker import Worker
 
 log = structlog.get_logger("rag_monitor.kafka")
@@ -100,6 +102,7 @@ class KafkaCollector:
     """Consumes the configured topics on its own thread."""
 
     port: int | None = None  # a client: it listens on no port
+    max_connections = 0
 
     def __init__(
         self,
@@ -139,6 +142,13 @@ class KafkaCollector:
         self._in_group_at: float | None = None  # last seen in the group, broker reachable
         self._last_commit = self._last_lag = time.monotonic()
         self._lag_series: set[tuple[str, str]] = set()
+        self._lag = Gauge(
+            KAFKA_LAG_RECORDS,
+            "Records of an assigned partition not yet processed and committed (high "
+            "watermark - committed offset); each partition is reported by its owner only.",
+            ["topic", "partition"],
+            registry=pipeline.metrics.registry,
+        )
         self._commits = Commits(self._offsets, pipeline.metrics.registry, self._forget_lag_of)
 
     def ready(self) -> bool:
@@ -258,7 +268,7 @@ class KafkaCollector:
     def _report_lag(self, consumer: KafkaConsumer) -> None:
         """Per assigned partition: high watermark minus the committed offset."""
         self._last_lag = time.monotonic()
-        gauge = self._pipeline.metrics.kafka_lag
+        gauge = self._lag
         assigned = consumer.assignment()
         for tp in assigned:
             # The fetch high watermark, not end_offsets(): some brokers (Tansu) answer
@@ -282,7 +292,7 @@ class KafkaCollector:
     def _forget_lag(self, series: set[tuple[str, str]]) -> None:
         """Drop the series of partitions this replica no longer owns (their owner reports them)."""
         for labels in series & self._lag_series:
-            self._pipeline.metrics.kafka_lag.remove(*labels)
+            self._lag.remove(*labels)
         self._lag_series -= series
 
     def _handle(self, consumer: KafkaConsumer, tp: TopicPartition, record: ConsumerRecord) -> None:

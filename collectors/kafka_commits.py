@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from collectors.kafka_group import coordinator_known
 from collectors.kafka_offsets import OffsetTracker
+from collectors.names import KAFKA_COMMIT_FAILURES_TOTAL, KAFKA_HANDED_BACK_RECORDS_TOTAL
 
 log = structlog.get_logger("rag_monitor.kafka")
 
@@ -48,7 +49,7 @@ class Commits:
         self._offsets = offsets
         self._released = released  # the collector forgets their lag series
         failures = Counter(
-            "rag_monitor_kafka_commit_failures_total",
+            KAFKA_COMMIT_FAILURES_TOTAL,
             "Offset commits the broker did not take, by when: interval (carried by the next "
             "commit) or revoke (the partition's next owner reads the records again).",
             ["when"],
@@ -56,7 +57,7 @@ class Commits:
         )
         self._failures = {when: failures.labels(when) for when in get_args(CommitWhen)}
         handed_back = Counter(
-            "rag_monitor_kafka_handed_back_records_total",
+            KAFKA_HANDED_BACK_RECORDS_TOTAL,
             "Records read but not committed when their partition left this replica, by "
             "reason (revoked, lost, stopped, restarted): the next owner reads them again.",
             ["reason"],

@@ -22,7 +22,7 @@ from kafka import KafkaProducer
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError, MessageSizeTooLargeError, RecordListTooLargeError
 
-from monitor.kafka_config import KafkaConfig
+from collectors.kafka_config import KafkaConfig
 
 log = structlog.get_logger("rag_monitor.kafka")
 

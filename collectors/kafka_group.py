@@ -18,7 +18,7 @@ from typing import Any
 from kafka import KafkaConsumer
 from kafka.coordinator.base import MemberState
 
-from monitor.kafka_config import GROUP_INSTANCE_ID, KafkaConfig
+from collectors.kafka_config import GROUP_INSTANCE_ID, KafkaConfig
 
 # Under ``collectors.kafka.consumer``. kafka-python waits 30 s by default for a
 # broker that is down, and the stop flag is only seen between attempts: SIGTERM

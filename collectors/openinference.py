@@ -48,7 +48,7 @@ from collectors.span_text import (
 )
 from collectors.span_tree import depths
 from collectors.span_usage import calls_counted_once, llm_usage
-from monitor.config import MappingConfig
+from collectors.spans_config import MappingConfig
 from monitor.trace import (
     MAX_DOCUMENTS,
     MAX_RELEASE_ATTRIBUTE_LENGTH,
@@ -86,7 +86,7 @@ class TraceMapper:
     def span_kinds(self, spans: Sequence[Span]) -> dict[str, str]:
         """Each span's kind as the mapping sees it (span id -> kind, "" for none): what its
         convention names, and RETRIEVER for a span of no kind that holds documents under
-        ``mapping.document_attributes``."""
+        ``collectors.spans.mapping.document_attributes``."""
         kinds = {span.span_id: span_kind(span) for span in spans}
         if self._document_attributes:
             for span in spans:

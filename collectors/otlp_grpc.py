@@ -35,9 +35,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from collectors.otlp import PayloadError, spans_from_request
+from collectors.otlp_config import OtlpConfig
 from collectors.otlp_logs import decode_logs_proto
-from monitor.components import write_token
-from monitor.config import OtlpConfig
 from monitor.http.inflight import OTLP_DECODE_FACTOR, ByteBudget, shared_budget
 from monitor.http.limits import refused_counter
 from monitor.intake import Consumer, Events, SpanBatch
@@ -163,10 +162,10 @@ class OtlpGrpcReceiver:
     still queued for a thread holds no more than its HTTP/2 flow-control window.
     """
 
-    def __init__(self, config: OtlpConfig, pipeline: Consumer) -> None:
+    def __init__(self, config: OtlpConfig, pipeline: Consumer, token: str | None = None) -> None:
         self._config = config
         budget = shared_budget(pipeline.metrics.registry, "otlp", config.max_inflight_bytes)
-        self._service = _TraceService(pipeline, write_token(config.auth_token_env), budget)
+        self._service = _TraceService(pipeline, token, budget)
         self._server: grpc.Server | None = None
         self.port: int = config.grpc.port
 

@@ -22,9 +22,8 @@ import orjson
 from google.rpc.status_pb2 import Status
 
 from collectors.otlp import DecodedSpans, PayloadError, decode_otlp_json, decode_otlp_proto
+from collectors.otlp_config import OtlpConfig
 from collectors.otlp_logs import decode_logs_json, decode_logs_proto
-from monitor.components import write_token
-from monitor.config import OtlpConfig
 from monitor.events import InvalidRecord, parse_feedback, parse_labels
 from monitor.http.inflight import OTLP_DECODE_FACTOR, shared_budget
 from monitor.http.limits import HttpLimits
@@ -60,10 +59,10 @@ class OtlpHttpReceiver(HttpService):
     length are checked on the head, before the body is read (and its bytes reserved);
     decoding and the pipeline's submit run on a handler thread."""
 
-    def __init__(self, config: OtlpConfig, pipeline: Consumer) -> None:
+    def __init__(self, config: OtlpConfig, pipeline: Consumer, token: str | None = None) -> None:
         self.config = config
         self.pipeline = pipeline
-        self.token = write_token(config.auth_token_env)
+        self.token = token  # service.auth_token_env, resolved by the sidecar
         self._expected_auth = f"Bearer {self.token}".encode() if self.token else None
         registry = pipeline.metrics.registry
         super().__init__(

@@ -24,6 +24,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from prometheus_client import CollectorRegistry, Counter
 
+from collectors.names import LOG_RECORDS_TOTAL
 from collectors.otlp import (
     PayloadError,
     SpanRejected,
@@ -37,9 +38,8 @@ from collectors.otlp import (
 from collectors.span_evaluations import EVALUATION_EVENT, genai_result
 from monitor.trace import EvaluationResult
 
-# Log records received, by collector and kind: evaluation (became an event), ignored
-# (another event or a plain log line), rejected (a malformed id).
-LOG_RECORDS_TOTAL = "rag_monitor_log_records_total"
+# Log records received (LOG_RECORDS_TOTAL), by collector and kind: evaluation (became an
+# event), ignored (another event or a plain log line), rejected (a malformed id).
 _COUNTERS: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
 
 

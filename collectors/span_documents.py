@@ -79,9 +79,10 @@ def documents(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]
 
 
 def attribute_documents(attributes: Mapping[str, Any], name: str) -> list[dict[str, Any]]:
-    """Documents a span holds under the attribute ``name`` (``mapping.document_attributes``):
-    a list of objects, as JSON text or an OTLP array, or an indexed family of attributes
-    ``name.N.<field>`` (``name.N.document.<field>`` too)."""
+    """Documents a span holds under the attribute ``name``
+    (``collectors.spans.mapping.document_attributes``): a list of objects, as JSON text or
+    an OTLP array, or an indexed family of attributes ``name.N.<field>``
+    (``name.N.document.<field>`` too)."""
     value = attributes.get(name)
     if value is not None:
         return json_documents(json_list(value))

@@ -116,7 +116,8 @@ class StageSpans:
 def _attribute_documents(
     attributes: Mapping[str, Any], names: Sequence[str]
 ) -> list[dict[str, Any]]:
-    """The documents under the first of ``mapping.document_attributes`` the span holds."""
+    """The documents under the first of ``collectors.spans.mapping.document_attributes``
+    the span holds."""
     for name in names:
         found = attribute_documents(attributes, name)
         if found:

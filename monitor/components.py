@@ -1,12 +1,14 @@
-"""Detector components: what a detector package registers so that the sidecar, the
+"""Components: what a detector or collector package registers so that the sidecar, the
 configuration, the alert rules and the dashboard find it without edits elsewhere.
 
 A package registers one ``DetectorComponent`` under the entry-point group
 ``rag_monitor.detectors`` (``[project.entry-points."rag_monitor.detectors"]`` in
 its pyproject). The entry point's name is the component's config key under
-``detectors:``. The core never imports a detector: it loads the registered
-components here and asks each for its config model, its detector, its rules and
-its panels.
+``detectors:``. A collector registers a ``CollectorComponent`` under
+``rag_monitor.collectors``; its config key under ``collectors:`` is its ``section``
+(else its name). The core never imports a detector or a collector: it loads the
+registered components here and asks each for its config model, its detector or
+receiver, its rules and its panels.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pydantic import BaseModel
 
 from monitor.detector import Detector
 from monitor.intake import PIPELINE_THREAD, Consumer, Events, TraceAssembly
+from monitor.kafka_connection import KafkaConnection
 from monitor.rulekit.fragments import Row, RuleFragment
 from monitor.trace import Event
 
@@ -71,7 +74,7 @@ class EventHook:
 
 
 def write_token(auth_token_env: str | None) -> str | None:
-    """The bearer token the write endpoints require (``collectors.otlp.auth_token_env``);
+    """The bearer token the write endpoints require (``service.auth_token_env``);
     None when none is configured. Fails at start-up if the variable is unset, empty or only
     whitespace: a blank secret must not pass for a token."""
     if auth_token_env is None:
@@ -79,7 +82,7 @@ def write_token(auth_token_env: str | None) -> str | None:
     token = os.environ.get(auth_token_env)
     if token is None or not token.strip():
         raise ValueError(
-            f"collectors.otlp.auth_token_env names {auth_token_env!r}, "
+            f"service.auth_token_env names {auth_token_env!r}, "
             "but that environment variable is unset, empty or only whitespace"
         )
     return token
@@ -96,6 +99,9 @@ class BuildContext:
     emit: Callable[[Event], bool] = field(default_factory=EventHook)
     # The bearer token of the write endpoints, for a detector serving its own page.
     token: str | None = None
+    # The Kafka connection (collectors.kafka) when brokers are set: a detector shares its
+    # records between replicas through it (review queue, shadow pairs, remote judging).
+    kafka: KafkaConnection | None = None
 
 
 @dataclass(frozen=True)
@@ -193,29 +199,56 @@ class Receiver(Protocol):
     def port(self) -> int | None:
         """The bound port of a listening receiver; None for a client (Kafka)."""
 
+    @property
+    def max_connections(self) -> int:
+        """Connections it may hold open at once (for the open-file limit); 0 for a client."""
+
     def start(self) -> None: ...
     def stop_intake(self) -> None: ...
     def shutdown(self) -> None: ...
     def ready(self) -> bool: ...
 
 
-def _no_receiver(config: Any, consumer: Consumer) -> Receiver | None:
+@dataclass(frozen=True)
+class CollectorContext:
+    """What a collector's ``build`` gets besides its own config section."""
+
+    consumer: Consumer  # the pipeline; its metrics' registry takes the collector's own
+    token: str | None  # the bearer token write endpoints require (service.auth_token_env)
+
+
+def _no_receiver(config: Any, context: CollectorContext) -> Receiver | None:
     return None
+
+
+class NoSettings(BaseModel):
+    """The config model of a component without settings: it has no config key."""
 
 
 @dataclass(frozen=True)
 class CollectorComponent:
     """A registered collector (entry-point group ``rag_monitor.collectors``).
 
-    ``build`` takes the root ``Config`` and the pipeline's ``Consumer`` and returns
-    its receiver, or None when the configuration leaves it off. The one component
-    with ``assembly`` turns spans into ``RagTrace`` values for the pipeline.
+    Its settings are ``collectors.<section>`` (``section`` defaults to the name;
+    components that share a section, like the two OTLP receivers, declare the same
+    ``config_model``). ``build`` takes that validated section and a ``CollectorContext``
+    and returns its receiver, or None when the section leaves it off. The one component
+    with ``assembly`` turns spans into ``RagTrace`` values for the pipeline; it takes
+    the same section.
     """
 
     name: str
-    build: Callable[[Any, Consumer], Receiver | None] = _no_receiver
+    config_model: type[BaseModel] = NoSettings
+    description: str = ""
+    section: str = ""
+    build: Callable[[Any, CollectorContext], Receiver | None] = _no_receiver
     assembly: Callable[[Any], TraceAssembly] | None = None
     order: int = 100
+
+    @property
+    def key(self) -> str:
+        """Its config key under ``collectors:``."""
+        return self.section or self.name
 
 
 ComponentT = TypeVar("ComponentT", DetectorComponent, CollectorComponent)

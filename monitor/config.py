@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import yaml
 from pydantic import (
@@ -25,15 +25,13 @@ from pydantic import (
     GetCoreSchemaHandler,
     ValidationError,
     create_model,
-    field_validator,
-    model_validator,
 )
 from pydantic_core import CoreSchema
 
-from monitor.components import load_components
+from monitor.components import load_collectors, load_components
 from monitor.coverage import DEFAULT_INSTRUMENTATIONS, MAX_INSTRUMENTATIONS
 from monitor.guardrails import GuardrailsConfig as GuardrailsConfig  # noqa: PLC0414 (re-exported)
-from monitor.kafka_config import KafkaConfig
+from monitor.kafka_connection import KafkaConnection
 from monitor.section import Section
 from monitor.state import DEFAULT_STATE_MAX_BYTES
 from monitor.variants import DEFAULT_VARIANTS, MAX_VARIANTS, AllowList, VariantList
@@ -81,23 +79,6 @@ class HttpListener(Listener):
     )
 
 
-class GrpcListener(Listener):
-    """The OTLP/gRPC receiver's port and bounds."""
-
-    max_concurrent_rpcs: int = Field(
-        64, gt=0, description="RPCs running or waiting at most; beyond: RESOURCE_EXHAUSTED"
-    )
-    max_concurrent_streams: int = Field(
-        16, gt=0, description="concurrent RPCs (HTTP/2 streams) on one connection"
-    )
-    keepalive_s: float = Field(
-        60.0, gt=0, description="ping a silent client this often; a dead one is dropped"
-    )
-    handshake_timeout_s: float = Field(
-        10.0, gt=0, description="a new connection must finish its HTTP/2 preface within this"
-    )
-
-
 class ServiceConfig(Section):
     metrics: Endpoint = Field(
         default_factory=Endpoint, description="where /metrics, /healthz and /readyz are served"
@@ -119,6 +100,11 @@ class ServiceConfig(Section):
         "production is implied and is the variant of a trace without rag.variant; others are "
         "exported as other and counted in rag_variant_folded_total",
     )
+    auth_token_env: str | None = Field(
+        None,
+        description="name of an environment variable holding the bearer token every write "
+        "endpoint requires (the OTLP receivers, /v1/labels, /v1/feedback, the review page)",
+    )
     instrumentations: AllowList = Field(
         default_factory=lambda: list(DEFAULT_INSTRUMENTATIONS),
         max_length=MAX_INSTRUMENTATIONS,
@@ -128,122 +114,12 @@ class ServiceConfig(Section):
     )
 
 
-class OtlpConfig(Section):
-    http: HttpListener = Field(
-        default_factory=lambda: HttpListener(port=4318),
-        description="OTLP/HTTP: POST /v1/traces, /v1/labels, /v1/feedback",
-    )
-    grpc: GrpcListener = Field(
-        default_factory=lambda: GrpcListener(port=4317),
-        description="OTLP/gRPC TraceService/Export",
-    )
-    auth_token_env: str | None = Field(
-        None, description="name of an environment variable holding the required bearer token"
-    )
-    max_request_bytes: int = Field(
-        8_388_608, gt=0, description="largest accepted request body, after decompression"
-    )
-    max_inflight_bytes: int = Field(
-        67_108_864,
-        gt=0,
-        description="bytes of requests in flight at most, both receivers and all connections "
-        "together (64 MiB, sized to the example pod's memory limit: docs, Deploy); "
-        "past it a new body is refused before it is read: HTTP 503 + Retry-After, gRPC "
-        "RESOURCE_EXHAUSTED; at least max_request_bytes",
-    )
-
-    @model_validator(mode="after")
-    def _one_body_fits(self) -> OtlpConfig:
-        if self.max_inflight_bytes < self.max_request_bytes:
-            raise ValueError(
-                "max_inflight_bytes must be at least max_request_bytes: a larger body "
-                "would be refused forever"
-            )
-        return self
-
-
-class PhoenixConfig(Section):
-    enabled: bool = Field(False, description="connect to Phoenix (for the annotations below)")
-    endpoint: str = Field("http://127.0.0.1:6006", description="Phoenix base URL")
-    annotate: bool = Field(True, description="write faithfulness scores back as annotations")
-
-
-class CollectorsConfig(Section):
-    otlp: OtlpConfig = Field(default_factory=OtlpConfig, description="OTLP receivers")
-    kafka: KafkaConfig = Field(default_factory=KafkaConfig, description="Kafka consumer")
-    phoenix: PhoenixConfig = Field(default_factory=PhoenixConfig, description="Phoenix annotations")
-
-
-class AssemblyConfig(Section):
-    grace_s: float = Field(2.0, ge=0, description="wait after the root span for late children")
-    ttl_s: float = Field(60.0, gt=0, description="emit a trace without root after this (expired)")
-    max_pending_traces: int = Field(
-        100_000, gt=0, description="traces held at most; the oldest is emitted early beyond it"
-    )
-    max_spans_per_trace: int = Field(
-        5_000,
-        gt=0,
-        description="spans held per trace at most; further spans of that trace are refused "
-        "(rag_monitor_refused_spans_total) and the trace is emitted with those it holds",
-    )
-
-
-SpanKind = Literal["LLM", "RETRIEVER", "RERANKER", "EMBEDDING", "CHAIN", "AGENT", "TOOL"]
-_RAG_SPAN_KINDS: list[SpanKind] = ["LLM", "RETRIEVER"]
-
-
-class MappingConfig(Section):
-    """Where the span mapping finds each ``RagTrace`` field in traces it did not shape itself."""
-
-    request_kinds: list[SpanKind] = Field(
-        default_factory=lambda: list(_RAG_SPAN_KINDS),
-        description="a trace is a RAG request when it holds a span of one of these kinds "
-        "(kinds other than LLM only with a query); others count as not_rag",
-    )
-    query_pointers: list[str] = Field(
-        default_factory=lambda: ["/query", "/question", "/query_str", "/input"],
-        description="JSON pointers into the request span's JSON input.value, tried in order",
-    )
-    answer_pointers: list[str] = Field(
-        default_factory=lambda: ["/answer", "/response", "/output", "/result", "/content"],
-        description="JSON pointers into the request span's JSON output.value, tried in order",
-    )
-    doc_id_keys: list[str] = Field(
-        default_factory=lambda: ["doc_id", "document_id", "ref_doc_id", "source_id"],
-        description="document metadata keys holding the source document id; the span's "
-        "document id then becomes the chunk id",
-    )
-    tenant_metadata_key: str = Field(
-        "tenant", description="key of the caller's tenant in the request's metadata JSON"
-    )
-    tenant_resource_attribute: str = Field(
-        "rag.tenant", description="resource attribute read for the tenant when spans lack one"
-    )
-    first_token_events: list[str] = Field(
-        default_factory=lambda: ["first_token", "First Token Stream Event"],
-        description="span event names that mark the first streamed token",
-    )
-    document_attributes: list[str] = Field(
-        default_factory=list,
-        description="span attributes holding a request's documents (JSON objects, NAME.N.*)",
-    )
-
-    @field_validator("query_pointers", "answer_pointers")
-    @classmethod
-    def _json_pointers(cls, pointers: list[str]) -> list[str]:
-        for pointer in pointers:
-            if not pointer.startswith("/"):
-                raise ValueError(f"{pointer!r} is not a JSON pointer (RFC 6901): start it with '/'")
-        return pointers
-
-
-class DetectorsConfig(Section):
-    """The ``detectors:`` section: one key per registered detector component with settings.
-
-    Its fields are not declared here: ``detectors_model`` assembles them from the
-    components' config models (``monitor/components.py``), so adding a detector
-    edits no core module. Attribute access is typed ``Any``: a detector reads its
-    own section through its own model's type.
+class ComponentSections(Section):
+    """A section with one key per registered component that has settings (``detectors:``,
+    ``collectors:``). Its fields are not declared here: ``detectors_model`` and
+    ``collectors_model`` assemble them from the components' config models
+    (``monitor/components.py``), so adding a component edits no core module. Attribute
+    access is typed ``Any``: a component reads its own section through its own model.
     """
 
     if TYPE_CHECKING:
@@ -251,47 +127,76 @@ class DetectorsConfig(Section):
         def __getattr__(self, name: str) -> Any: ...
 
 
+class DetectorsConfig(ComponentSections):
+    """The ``detectors:`` section."""
+
+
+class CollectorsConfig(ComponentSections):
+    """The ``collectors:`` section."""
+
+
 @functools.cache
 def detectors_model() -> type[DetectorsConfig]:
     """The ``detectors:`` model: a field per component whose config model has fields."""
-    fields: dict[str, Any] = {
-        component.name: (
-            component.config_model,
-            Field(default_factory=component.config_model, description=component.description),
-        )
-        for component in load_components()
-        if component.config_model.model_fields
-    }
-    return create_model("DetectorsConfig", __base__=DetectorsConfig, **fields)
+    sections = [(c.name, c.config_model, c.description) for c in load_components()]
+    return _assembled("DetectorsConfig", DetectorsConfig, sections)
+
+
+@functools.cache
+def collectors_model() -> type[CollectorsConfig]:
+    """The ``collectors:`` model: a field per section key of the registered collectors
+    (``otlp_http`` and ``otlp_grpc`` share ``otlp``)."""
+    sections = [(c.key, c.config_model, c.description) for c in load_collectors()]
+    return _assembled("CollectorsConfig", CollectorsConfig, sections)
+
+
+SectionsT = TypeVar("SectionsT", bound=ComponentSections)
+
+
+def _assembled(
+    name: str, base: type[SectionsT], sections: list[tuple[str, type[BaseModel], str]]
+) -> type[SectionsT]:
+    fields: dict[str, Any] = {}
+    models: dict[str, type[BaseModel]] = {}
+    for key, model, description in sections:
+        if not model.model_fields:
+            continue
+        if models.setdefault(key, model) is not model:
+            raise TypeError(f"components sharing the section {key!r} declare different models")
+        fields[key] = (model, Field(default_factory=model, description=description))
+    return create_model(name, __base__=base, **fields)
 
 
 def _default_detectors() -> DetectorsConfig:
     return detectors_model()()
 
 
-class _AssembledDetectors:
-    """Validates the ``detectors:`` section with the assembled model, built on first use."""
+def _default_collectors() -> CollectorsConfig:
+    return collectors_model()()
+
+
+class _Assembled:
+    """Validates a components' section with its assembled model, built on first use."""
+
+    def __init__(self, model: Callable[[], type[ComponentSections]]) -> None:
+        self.model = model
 
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
     ) -> CoreSchema:
-        return handler.generate_schema(detectors_model())
+        return handler.generate_schema(self.model())
 
 
 class Config(Section):
-    # The ``detectors`` schema needs the registered components: build it on first
-    # use, not at import, so that a component may import this module.
+    # The ``collectors`` and ``detectors`` schemas need the registered components: build
+    # them on first use, not at import, so that a component may import this module.
     model_config = ConfigDict(defer_build=True)
 
     service: ServiceConfig = Field(default_factory=ServiceConfig, description="the sidecar")
-    collectors: CollectorsConfig = Field(
-        default_factory=CollectorsConfig, description="trace sources"
+    collectors: Annotated[CollectorsConfig, _Assembled(collectors_model)] = Field(
+        default_factory=_default_collectors, description="trace sources"
     )
-    assembly: AssemblyConfig = Field(default_factory=AssemblyConfig, description="span assembly")
-    mapping: MappingConfig = Field(
-        default_factory=MappingConfig, description="spans -> RagTrace: where each field is found"
-    )
-    detectors: Annotated[DetectorsConfig, _AssembledDetectors()] = Field(
+    detectors: Annotated[DetectorsConfig, _Assembled(detectors_model)] = Field(
         default_factory=_default_detectors, description="detectors"
     )
     guardrails: GuardrailsConfig = Field(
@@ -320,10 +225,43 @@ def load_config(path: Path | None = None, environ: Mapping[str, str] | None = No
         if not isinstance(raw, dict):
             raise ConfigError(source, ["the top level must be a mapping"])
     apply_env_overrides(raw, os.environ if environ is None else environ)
+    moved = list(_moved_keys(raw))
+    if moved:
+        raise ConfigError(source, moved)
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(source, list(_describe_errors(exc))) from exc
+
+
+# Keys that moved (docs: Changes): old dotted path -> new one.
+MOVED_KEYS = {
+    "assembly": "collectors.spans.assembly",
+    "mapping": "collectors.spans.mapping",
+    "collectors.otlp.auth_token_env": "service.auth_token_env",
+    "collectors.phoenix": "detectors.faithfulness.phoenix",
+}
+
+
+def _moved_keys(raw: Mapping[str, Any]) -> Iterator[str]:
+    """One problem per moved key the file (or the environment) still sets."""
+    for old, new in MOVED_KEYS.items():
+        node: Any = raw
+        for key in old.split("."):
+            node = node.get(key) if isinstance(node, Mapping) else None
+        if node is not None:
+            yield f"{old}: moved to {new} (docs: Changes)"
+
+
+def kafka_connection(config: Config) -> KafkaConnection | None:
+    """The brokers, security settings and consumer tuning every Kafka client of the
+    sidecar uses: the collectors section that holds them (``collectors.kafka``), when
+    its brokers are set."""
+    for name in type(config.collectors).model_fields:
+        section = getattr(config.collectors, name)
+        if isinstance(section, KafkaConnection) and section.bootstrap_servers:
+            return section
+    return None
 
 
 def apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> None:

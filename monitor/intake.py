@@ -65,7 +65,12 @@ class Added:
 
     evicted: list[EmittedTrace]  # emitted early to keep the held traces bounded
     late: int = 0  # spans of a trace already emitted
-    refused: int = 0  # spans over the per-trace bound (assembly.max_spans_per_trace)
+    refused: int = (
+        0  # spans over the per-trace bound (collectors.spans.assembly.max_spans_per_trace)
+    )
+    # Events the batch carried for requests already emitted (a late span's evaluation
+    # results): handed to the detectors like an ``Events`` item's.
+    events: Sequence[Event] = ()
 
 
 class TraceAssembly(Protocol):

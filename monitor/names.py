@@ -16,7 +16,6 @@ LATE_SPANS_TOTAL = "rag_monitor_late_spans_total"
 REFUSED_SPANS_TOTAL = "rag_monitor_refused_spans_total"  # by collector and reason
 REJECTED_SPANS_TOTAL = "rag_monitor_rejected_spans_total"  # by collector
 EVENTS_TOTAL = "rag_monitor_events_total"  # by type
-KAFKA_LAG_RECORDS = "rag_monitor_kafka_lag_records"  # gauge, by topic and partition
 DETECTOR_ERRORS_TOTAL = "rag_monitor_detector_errors_total"  # by detector
 VARIANT_FOLDED_TOTAL = "rag_variant_folded_total"  # monitor/variants.py
 
@@ -72,3 +71,9 @@ STATE_WRITE_ERRORS_TOTAL = "rag_monitor_state_write_errors_total"  # by file and
 # alert's triage annotation reads it (monitor.rulekit.promql.triage): when a replica first
 # saw a service.version.
 RELEASE_FIRST_SEEN = "rag_release_first_seen_timestamp_seconds"
+
+# --- read by the core, declared by a collector ------------------------------------------
+
+# The Kafka collector's gauge (collectors/kafka.py), by topic and partition, spelled here
+# because the health row of the dashboard (alerts/health.py) reads it.
+KAFKA_LAG_RECORDS = "rag_monitor_kafka_lag_records"

@@ -15,7 +15,6 @@ from monitor.names import (
     ASSEMBLED_TRACES_TOTAL,
     DETECTOR_ERRORS_TOTAL,
     EVENTS_TOTAL,
-    KAFKA_LAG_RECORDS,
     LATE_SPANS_TOTAL,
     PENDING_TRACES,
     RECORDS_TOTAL,
@@ -91,13 +90,6 @@ class PipelineMetrics:
             ["type"],
             registry=registry,
         )
-        self.kafka_lag = Gauge(
-            KAFKA_LAG_RECORDS,
-            "Records of an assigned partition not yet processed and committed (high "
-            "watermark - committed offset); each partition is reported by its owner only.",
-            ["topic", "partition"],
-            registry=registry,
-        )
         self.detector_errors = Counter(
             DETECTOR_ERRORS_TOTAL,
             "Exceptions raised by a detector (the trace is still counted).",
@@ -114,7 +106,7 @@ def _refused_spans(registry: CollectorRegistry) -> dict[Source, Counter]:
     refused = Counter(
         REFUSED_SPANS_TOTAL,
         "Spans refused by span assembly, by collector and reason: max_spans_per_trace "
-        "(the trace already held assembly.max_spans_per_trace spans).",
+        "(the trace already held collectors.spans.assembly.max_spans_per_trace spans).",
         ["collector", "reason"],
         registry=registry,
     )

@@ -18,7 +18,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
-from monitor.kafka_config import KafkaConfig
+from monitor.kafka_connection import KafkaConnection
 from monitor.worker import Worker
 
 log = structlog.get_logger("rag_monitor.replication")
@@ -28,7 +28,7 @@ SEND_BLOCK_MS = 5000
 RETRY_S = 1.0
 
 
-def client_settings(kafka: KafkaConfig) -> dict[str, Any]:
+def client_settings(kafka: KafkaConnection) -> dict[str, Any]:
     """The brokers and the security settings of ``collectors.kafka``, for a producer or a
     group-less reader of a detector's own topics."""
     return {"bootstrap_servers": kafka.bootstrap_servers, **kafka.security}

@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -15,13 +16,14 @@ from prometheus_client import CollectorRegistry
 from monitor.components import (
     BuildContext,
     CollectorComponent,
+    CollectorContext,
     EventHook,
     Receiver,
     load_collectors,
     load_components,
     write_token,
 )
-from monitor.config import Config
+from monitor.config import Config, kafka_connection
 from monitor.detector import Detector
 from monitor.http.endpoints import ComponentsUp, MetricsServer, Readiness
 from monitor.intake import TraceAssembly
@@ -50,7 +52,8 @@ def build_detectors(
         state_dir=config.service.state_dir,
         root=config,
         emit=emit or EventHook(),
-        token=write_token(config.collectors.otlp.auth_token_env),
+        token=write_token(config.service.auth_token_env),
+        kafka=kafka_connection(config),
     )
     detectors = []
     for component in load_components():
@@ -84,8 +87,9 @@ class Sidecar:
         emit.bind(self.pipeline)
         self.readiness.add("pipeline", self.pipeline.alive)
         self.receivers: dict[str, Receiver] = {}
+        context = CollectorContext(self.pipeline, write_token(config.service.auth_token_env))
         for collector in collectors:
-            receiver = collector.build(config, self.pipeline)
+            receiver = collector.build(collector_section(config, collector), context)
             if receiver is not None:
                 self.receivers[collector.name] = receiver
                 self.readiness.add(collector.name, receiver.ready)
@@ -107,11 +111,11 @@ class Sidecar:
         self.pipeline.start()
         for receiver in self.receivers.values():
             receiver.start()
+        ports = {f"{name}_port": receiver.port for name, receiver in self.receivers.items()}
         log.info(
             "started",
             metrics_port=self.metrics_server.port,
-            otlp_http_port=self.http.port if self.http else None,
-            otlp_grpc_port=self.grpc.port if self.grpc else None,
+            **{name: port for name, port in ports.items() if port is not None},
         )
 
     def shutdown(self) -> None:
@@ -150,7 +154,7 @@ class Sidecar:
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
-        raise_open_file_limit(self._connections_wanted())
+        raise_open_file_limit(sum(r.max_connections for r in self.receivers.values()))
         self.start()
         tune_garbage_collector()
         stop.wait()
@@ -158,11 +162,6 @@ class Sidecar:
         began = time.monotonic()
         self.shutdown()
         log.info("stopped", stop_s=round(time.monotonic() - began, 3), **stop_totals(self.registry))
-
-    def _connections_wanted(self) -> int:
-        otlp = self.config.collectors.otlp
-        listeners = [listener for listener in (otlp.http, otlp.grpc) if listener.enabled]
-        return sum(listener.max_connections for listener in listeners)
 
 
 # Beyond the connections: the metrics server's, state files, Kafka sockets, libraries.
@@ -218,15 +217,20 @@ def _workers_up(registry: CollectorRegistry) -> dict[str, bool]:
     }
 
 
+def collector_section(config: Config, component: CollectorComponent) -> Any:
+    """The component's validated ``collectors:`` section (its defaults without settings)."""
+    return getattr(config.collectors, component.key, None) or component.config_model()
+
+
 def _trace_assembly(config: Config, collectors: Sequence[CollectorComponent]) -> TraceAssembly:
     """The assembly of the one collector component that provides it."""
     assemblies = [c for c in collectors if c.assembly is not None]
     if len(assemblies) != 1:
         names = [c.name for c in assemblies]
         raise RuntimeError(f"expected one collector component with a span assembly, got {names}")
-    build = assemblies[0].assembly
-    assert build is not None
-    return build(config)
+    component = assemblies[0]
+    assert component.assembly is not None
+    return component.assembly(collector_section(config, component))
 
 
 def tune_garbage_collector() -> None:

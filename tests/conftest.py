@@ -105,8 +105,10 @@ def make_config(**sections: Any) -> Config:
     """Defaults with free ports, a short grace period, and ``sections`` merged in."""
     raw: dict[str, Any] = {
         "service": {"metrics": {"port": 0}},
-        "collectors": {"otlp": {"http": {"port": 0}, "grpc": {"port": 0}}},
-        "assembly": {"grace_s": 0.2},
+        "collectors": {
+            "otlp": {"http": {"port": 0}, "grpc": {"port": 0}},
+            "spans": {"assembly": {"grace_s": 0.2}},
+        },
     }
     merge_sections(raw, sections)
     return Config.model_validate(raw)
@@ -207,8 +209,10 @@ class SidecarProcess:
                 "metrics": {"port": self.metrics_port},
                 "state_dir": str(directory / "state"),
             },
-            "collectors": {"otlp": {"http": {"port": free_port()}, "grpc": {"port": free_port()}}},
-            "assembly": {"grace_s": 0.2},
+            "collectors": {
+                "otlp": {"http": {"port": free_port()}, "grpc": {"port": free_port()}},
+                "spans": {"assembly": {"grace_s": 0.2}},
+            },
         }
         merge_sections(raw, config)
         self.config_path = directory / f"{name}.yaml"

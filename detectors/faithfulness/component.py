@@ -26,7 +26,7 @@ FOUNDATION_FILES = ("*.json", "spiece.model")
 VERIFY_PAIR = ("The parcel left the warehouse on Monday.", "The parcel left on Monday.")
 
 
-def require_extras(config: FaithfulnessConfig, phoenix: Any) -> None:
+def require_extras(config: FaithfulnessConfig) -> None:
     """Stop before serving when what the section enables is not installed. The default
     (HHEM inline) needs the hhem extra; the core install judges with an LLM or leaves
     judging to the scorers."""
@@ -39,26 +39,19 @@ def require_extras(config: FaithfulnessConfig, phoenix: Any) -> None:
             "set detectors.faithfulness.judge_location: kafka (the scorers judge), "
             "judge: openai_compatible or enabled: false",
         )
-    if phoenix.enabled and phoenix.annotate:
+    if config.phoenix.enabled and config.phoenix.annotate:
         require_extra(
             "phoenix",
-            "collectors.phoenix (annotate: true)",
-            "set collectors.phoenix.enabled: false",
+            "detectors.faithfulness.phoenix (annotate: true)",
+            "set detectors.faithfulness.phoenix.enabled: false",
         )
 
 
 def _build(config: FaithfulnessConfig, context: BuildContext) -> Detector:
     from detectors.faithfulness.detector import FaithfulnessDetector
 
-    require_extras(config, context.root.collectors.phoenix)
-    # Annotations go to Phoenix, whose connection is a collectors setting.
-    return FaithfulnessDetector(
-        config,
-        context.registry,
-        context.root.collectors.phoenix,
-        emit=context.emit,
-        kafka=context.root.collectors.kafka,
-    )
+    require_extras(config)
+    return FaithfulnessDetector(config, context.registry, emit=context.emit, kafka=context.kafka)
 
 
 def model_needs(config: FaithfulnessConfig) -> list[ModelNeed]:

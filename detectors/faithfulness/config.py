@@ -89,7 +89,8 @@ class RemoteJudgingConfig(Section):
     results_topic: str = Field(
         "rag-judge-results",
         min_length=1,
-        description="topic the scorers publish JudgeScore events to; every sidecar reads it whole",
+        description="topic the scorers publish their verdicts to (JudgeScore, UnscoredAnswer); "
+        "every sidecar reads it whole",
     )
     group_id: str = Field(
         "rag-judge-scorers",
@@ -109,6 +110,14 @@ class RemoteJudgingConfig(Section):
         description="trace ids a scorer remembers (its own and the results topic's) to count "
         "a redelivered pair as a duplicate instead of scoring it again",
     )
+
+
+class PhoenixConfig(Section):
+    """``detectors.faithfulness.phoenix`` (formerly ``collectors.phoenix``)."""
+
+    enabled: bool = Field(False, description="connect to Phoenix (for the annotations below)")
+    endpoint: str = Field("http://127.0.0.1:6006", description="Phoenix base URL")
+    annotate: bool = Field(True, description="write faithfulness scores back as annotations")
 
 
 class FaithfulnessConfig(Section):
@@ -201,6 +210,10 @@ class FaithfulnessConfig(Section):
     )
     cache_size: int = Field(
         10_000, ge=0, description="scores kept in an LRU cache by (premise, answer); 0: off"
+    )
+    phoenix: PhoenixConfig = Field(
+        default_factory=PhoenixConfig,
+        description="write each score back to Phoenix as a span annotation (the phoenix extra)",
     )
 
     @field_validator("llm_judge")

@@ -6,7 +6,8 @@ the judge need not see (no answer, a blank answer, a refusal, no context with te
 ``judge.py``) runs on the worker thread (``worker.py``) on the rest, and scores go to the
 metrics and, when configured, to Phoenix as span annotations. Only scored answers enter
 the score, the pass share and the ``JudgeScore`` events others act on; each event names
-its judge, so that review calibrates each judge apart.
+its judge, so that review calibrates each judge apart. Every other outcome goes out as an
+``UnscoredAnswer`` event (``detectors.evaluations.emit`` sends it on with its outcome).
 """
 
 from __future__ import annotations
@@ -34,12 +35,11 @@ from detectors.faithfulness.worker import (
     WorkerState,
     WorkerStats,
 )
-from monitor.config import PhoenixConfig
-from monitor.kafka_config import KafkaConfig
+from monitor.kafka_connection import KafkaConnection
 from monitor.metrics import detector_up
 from monitor.missing import MissingInputs
 from monitor.sampler import Sampled, Sampler
-from monitor.trace import Event, JudgeScore, RagTrace
+from monitor.trace import Event, JudgeScore, RagTrace, UnscoredAnswer
 from monitor.variants import ByVariant, variant_of
 
 if TYPE_CHECKING:
@@ -125,17 +125,16 @@ class FaithfulnessDetector:
         self,
         config: FaithfulnessConfig,
         registry: CollectorRegistry,
-        phoenix: PhoenixConfig | None = None,
         *,
         worker: ScoringWorker | None = None,
         annotator: PhoenixAnnotator | None = None,
         queue_size: int | None = None,
         emit: Callable[[Event], bool] | None = None,
-        kafka: KafkaConfig | None = None,
+        kafka: KafkaConnection | None = None,
     ) -> None:
         self.config = config
         self.judge = judge_name(config)
-        self._emit = emit  # each score goes back into the pipeline as a JudgeScore event
+        self._emit = emit  # each verdict back into the pipeline: JudgeScore or UnscoredAnswer
         self.registry = registry
         self.enabled = config.enabled
         self.metrics = FaithfulnessMetrics(registry)
@@ -172,7 +171,8 @@ class FaithfulnessDetector:
                 config, self.sampler.queue, self._record, self._state, self._stats,
                 registry=registry,
             )  # fmt: skip
-        if annotator is None and phoenix is not None and phoenix.enabled and phoenix.annotate:
+        phoenix = config.phoenix
+        if annotator is None and phoenix.enabled and phoenix.annotate:
             annotator = PhoenixAnnotator(
                 phoenix.endpoint,
                 registry,
@@ -230,6 +230,10 @@ class FaithfulnessDetector:
         variant = variant_of(evaluation.trace)
         self.metrics.evaluations[evaluation.outcome][variant].inc()
         if evaluation.outcome != "scored" or evaluation.score is None:
+            if self._emit is not None:  # an answer without a score is a verdict too
+                outcome = "error" if evaluation.outcome == "scored" else evaluation.outcome
+                trace_id = evaluation.trace.trace_id
+                self._emit(UnscoredAnswer(trace_id, outcome, judge=self.judge))
             return
         score = evaluation.score
         self.metrics.score[variant].observe(score)

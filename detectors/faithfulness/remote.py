@@ -5,9 +5,11 @@ the floor, the rate cap) and settles what the judge need not see (no answer, no 
 ...) before anything leaves it. Each remaining pair (premise, answer, question, trace id,
 span id, variant, service, stratum) goes to ``remote.requests_topic`` keyed by trace id,
 from a worker thread so that the pipeline never waits on the broker. The scorers
-(``rag-monitor score``, ``scorer.py``) judge the pairs and publish one ``JudgeScore``
-record each to ``remote.results_topic``, which every sidecar reads whole and feeds into
-its pipeline as it does an inline score: review and shadow act on it unchanged.
+(``rag-monitor score``, ``scorer.py``) judge the pairs and publish one record each to
+``remote.results_topic``: a ``JudgeScore``, or an ``UnscoredAnswer`` when the judge gave
+no score (``error``, ``no_claims``). Every sidecar reads the topic whole and feeds each
+into its pipeline as it does an inline verdict: review and shadow act on the scores
+unchanged, and ``detectors.evaluations.emit`` sends both on.
 
 The stratum says why the pair was taken, in the order the scorers keep pairs when they
 must shed: ``thumbs_down`` and ``probe`` (always), ``floor`` (taken only because
@@ -19,17 +21,18 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 
 from detectors.faithfulness.config import FaithfulnessConfig
+from detectors.faithfulness.judge import JudgeOutcome
 from detectors.faithfulness.triage import premise_of
-from monitor.kafka_config import KafkaConfig
+from monitor.kafka_connection import KafkaConnection
 from monitor.replication import TopicPublisher, WholeTopicReader, client_settings
 from monitor.sampler import Sampled, trace_fraction
-from monitor.trace import Event, JudgeScore
+from monitor.trace import Event, JudgeScore, UnscoredAnswer
 from monitor.variants import variant_of
 from monitor.worker import Worker
 
@@ -39,6 +42,9 @@ ALWAYS: frozenset[str] = frozenset({"thumbs_down", "probe"})
 PUBLISHED_TOTAL = "rag_judge_published_total"
 RESULTS_READ_TOTAL = "rag_judge_results_read_total"
 UNKNOWN_SERVICE = "unknown"
+# What a scorer's judge ends with besides a score (the sidecar settles the other outcomes
+# before it publishes a pair): the only outcomes a results record may carry.
+UNSCORED: frozenset[str] = frozenset(get_args(JudgeOutcome)) - {"scored"}
 
 
 def stratum_of(sampled: Sampled, sample_rate: float) -> Stratum:
@@ -75,9 +81,25 @@ def score_record(score: JudgeScore, variant: str, service: str) -> dict[str, Any
     }
 
 
-def score_from_record(value: bytes) -> JudgeScore:
-    """Raises ValueError, KeyError or TypeError on a record that is not a score."""
+def unscored_record(answer: UnscoredAnswer, variant: str, service: str) -> dict[str, Any]:
+    return {
+        "trace_id": answer.trace_id,
+        "outcome": answer.outcome,
+        "judge": answer.judge,
+        "variant": variant,
+        "service": service,
+    }
+
+
+def verdict_from_record(value: bytes) -> JudgeScore | UnscoredAnswer:
+    """Raises ValueError, KeyError or TypeError on a record that is neither a score nor an
+    outcome a scorer's judge ends with."""
     record = orjson.loads(value)
+    if "score" not in record:
+        outcome = str(record["outcome"])
+        if outcome not in UNSCORED:
+            raise ValueError("not an outcome of a scorer's judge")
+        return UnscoredAnswer(str(record["trace_id"]), outcome, judge=str(record["judge"]))
     score = float(record["score"])
     if not 0.0 <= score <= 1.0:
         raise ValueError("score outside [0, 1]")
@@ -88,12 +110,12 @@ def score_from_record(value: bytes) -> JudgeScore:
 
 class PairPublisher:
     """Publishes the sampler's queue to the requests topic on its own worker; reads the
-    results topic whole and emits each score into the pipeline."""
+    results topic whole and emits each verdict into the pipeline."""
 
     def __init__(
         self,
         config: FaithfulnessConfig,
-        kafka: KafkaConfig,
+        kafka: KafkaConnection,
         source: queue.Queue[Sampled],
         registry: CollectorRegistry,
         emit: Callable[[Event], bool] | None,
@@ -110,8 +132,8 @@ class PairPublisher:
         )
         self._read = Counter(
             RESULTS_READ_TOTAL,
-            "Score records a sidecar read from the results topic, by outcome (ok: fed to the "
-            "pipeline, invalid: not a score).",
+            "Verdict records a sidecar read from the results topic, by outcome (ok: fed to the "
+            "pipeline, invalid: neither a score nor a judge's outcome).",
             ["outcome"],
             registry=registry,
         )
@@ -156,10 +178,10 @@ class PairPublisher:
 
     def _take(self, _topic: str, value: bytes) -> None:
         try:
-            score = score_from_record(value)
+            verdict = verdict_from_record(value)
         except (ValueError, KeyError, TypeError):
             self._read.labels("invalid").inc()
             return
         self._read.labels("ok").inc()
         if self._emit is not None:
-            self._emit(score)
+            self._emit(verdict)

@@ -5,9 +5,10 @@ Kafka spreads the partitions over the scorers and moves a dead one's to the othe
 poll's pairs are sorted by length and judged in the judge's batches (``open_judge``: HHEM
 or an LLM), the scores exported on this process's ``/metrics`` under the same names as an
 inline judge's (``rag_faithfulness_*``, labelled with the pair's variant), so that the
-series add up across sidecars and scorers. Each score goes to ``remote.results_topic`` as
-a ``JudgeScore`` record; the poll's offsets are committed only after its scores are
-flushed (at least once). A redelivered pair whose trace id this scorer, or another one
+series add up across sidecars and scorers. Each verdict goes to ``remote.results_topic``:
+a ``JudgeScore`` record, or an ``UnscoredAnswer`` one when the judge gave no score (error,
+no_claims); the poll's offsets are committed only after its verdicts are flushed (at
+least once). A redelivered pair whose trace id this scorer, or another one
 through the results topic, scored lately is counted as a duplicate and not judged again.
 What it keeps and sheds: ``scorer_budget.py``.
 """
@@ -28,11 +29,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.detector import FaithfulnessMetrics
 from detectors.faithfulness.judge import Judge, JudgePair, JudgeResult, WorkerStats, judge_name
-from detectors.faithfulness.remote import score_record
+from detectors.faithfulness.remote import score_record, unscored_record
 from detectors.faithfulness.scorer_budget import FloorBudget, SeenTraces
-from monitor.kafka_config import KafkaConfig
+from monitor.kafka_connection import KafkaConnection
 from monitor.replication import WholeTopicReader, client_settings
-from monitor.trace import JudgeScore
+from monitor.trace import JudgeScore, UnscoredAnswer
 
 log = structlog.get_logger("rag_monitor.scorer")
 
@@ -86,7 +87,8 @@ class ScorerMetrics(FaithfulnessMetrics):
         )
         self.published = Counter(
             "rag_judge_scores_published_total",
-            "Scores a scorer published to the results topic, by outcome (ok, failed).",
+            "Verdicts (scores, unscored outcomes) a scorer published to the results topic, "
+            "by outcome (ok, failed).",
             ["outcome"],
             registry=registry,
         )
@@ -101,7 +103,7 @@ class Scorer:
     """Consumes pairs, judges them, publishes and exports the scores; ``run`` owns a thread."""
 
     def __init__(
-        self, config: FaithfulnessConfig, kafka: KafkaConfig, registry: CollectorRegistry
+        self, config: FaithfulnessConfig, kafka: KafkaConnection, registry: CollectorRegistry
     ) -> None:
         self.config = config
         self.metrics = ScorerMetrics(registry)
@@ -113,7 +115,7 @@ class Scorer:
             config.min_scored_per_hour, config.remote.floor_window_s, config.max_per_second
         )
         self.ready = threading.Event()  # the judge loaded and the group joined
-        # Scores sent since the last flush: a pair redelivered after a failed flush is sent
+        # Verdicts sent since the last flush: a pair redelivered after a failed flush is sent
         # again from here, not judged again.
         self._unsent: dict[str, dict[str, Any]] = {}
         self._results = WholeTopicReader(
@@ -216,6 +218,9 @@ class Scorer:
         self.metrics.pairs.labels(pair.stratum, "judged").inc()
         self.metrics.evaluations[result.outcome][pair.variant].inc()
         if result.outcome != "scored" or result.score is None:
+            outcome = "error" if result.outcome == "scored" else result.outcome
+            unscored = UnscoredAnswer(pair.trace_id, outcome, self._judge_name)
+            self._publish(pair, unscored_record(unscored, pair.variant, pair.service), producer)
             return
         self.metrics.score[pair.variant].observe(result.score)
         if result.score < self.config.threshold:
@@ -223,7 +228,9 @@ class Scorer:
         if result.truncated:
             self.metrics.truncated.inc()
         score = JudgeScore(pair.trace_id, result.score, self.config.threshold, self._judge_name)
-        record: dict[str, Any] = score_record(score, pair.variant, pair.service)
+        self._publish(pair, score_record(score, pair.variant, pair.service), producer)
+
+    def _publish(self, pair: Pair, record: dict[str, Any], producer: KafkaProducer) -> None:
         self._unsent[pair.trace_id] = record
         self._send(record, producer)
 

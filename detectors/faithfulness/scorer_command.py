@@ -30,14 +30,15 @@ def _score(args: argparse.Namespace, config: Any) -> int:
 
     from detectors.faithfulness.judge import open_judge
     from detectors.faithfulness.scorer import Scorer
+    from monitor.config import kafka_connection
     from monitor.extras import MissingExtraError, require_extra
     from monitor.http.endpoints import MetricsServer, Readiness
     from monitor.worker import supervisor
 
     log = structlog.get_logger("rag_monitor.scorer")
     faithfulness = config.detectors.faithfulness
-    kafka = config.collectors.kafka
-    if not kafka.bootstrap_servers:
+    kafka = kafka_connection(config)
+    if kafka is None:
         print("rag-monitor score: set collectors.kafka.bootstrap_servers", file=sys.stderr)
         return 1
     if faithfulness.judge == "hhem":

@@ -14,12 +14,12 @@ from monitor.detector import Detector
 def _build(config: ReviewConfig, context: BuildContext) -> Detector:
     from detectors.review.detector import ReviewDetector
 
-    # Kafka and the bearer token are collectors settings, handed over by the core.
+    # The Kafka connection and the bearer token are shared settings, handed over by the core.
     return ReviewDetector(
         config,
         context.registry,
         context.state_dir,
-        kafka=context.root.collectors.kafka,
+        kafka=context.kafka,
         emit=context.emit,
         token=context.token,
         state_max_bytes=context.root.service.state_max_bytes,

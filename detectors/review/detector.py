@@ -23,7 +23,7 @@ from detectors.review.metrics import ReviewMetrics
 from detectors.review.model import ReviewItem, Verdict
 from detectors.review.sampler import Action, AttachFeedback, AttachScore, Enqueue, ReviewSampler
 from detectors.review.store import ReviewStore
-from monitor.kafka_config import KafkaConfig
+from monitor.kafka_connection import KafkaConnection
 from monitor.state import DEFAULT_STATE_MAX_BYTES, shared_state_dir
 from monitor.trace import Event, Label, RagTrace
 from monitor.variants import PRODUCTION, variant_of
@@ -55,7 +55,7 @@ class ReviewDetector:
         registry: CollectorRegistry,
         state_dir: Path,
         *,
-        kafka: KafkaConfig | None = None,
+        kafka: KafkaConnection | None = None,
         emit: Callable[[Event], bool] = lambda _: False,
         token: str | None = None,
         clock: Callable[[], float] = time.time,

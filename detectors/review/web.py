@@ -3,7 +3,7 @@
 
 It runs on the sidecar's bounded HTTP server (``monitor/http/service.py``), bound to
 ``detectors.review.http`` (loopback by default). When the sidecar has a bearer token
-(``collectors.otlp.auth_token_env``) every request needs it: ``Authorization: Bearer``,
+(``service.auth_token_env``) every request needs it: ``Authorization: Bearer``,
 or the session cookie that opening ``/review?token=<token>`` once sets (HttpOnly,
 SameSite=Strict, Path=/review; the answer redirects to ``/review`` so the token leaves the
 address bar). A form POST from a cookie session must carry the CSRF field bound to that

@@ -19,7 +19,7 @@ def _build(config: ShadowConfig, context: BuildContext) -> Detector:
         config,
         context.registry,
         context.state_dir,
-        kafka=root.collectors.kafka,
+        kafka=context.kafka,
         variants=root.service.variants,
         keep_text=bool(getattr(review, "enabled", False)),
         state_max_bytes=root.service.state_max_bytes,

@@ -36,7 +36,7 @@ from detectors.shadow.model import (
 )
 from detectors.shadow.runner import JoinRunner
 from detectors.shadow.store import PairStore
-from monitor.kafka_config import KafkaConfig
+from monitor.kafka_connection import KafkaConnection
 from monitor.state import DEFAULT_STATE_MAX_BYTES, shared_state_dir
 from monitor.trace import Event, ExclusionOutcome, JudgeScore, RagTrace
 from monitor.variants import DEFAULT_VARIANTS
@@ -66,7 +66,7 @@ class ShadowDetector:
         registry: CollectorRegistry,
         state_dir: Path,
         *,
-        kafka: KafkaConfig | None = None,
+        kafka: KafkaConnection | None = None,
         variants: Collection[str] = DEFAULT_VARIANTS,
         keep_text: bool = False,
         state_max_bytes: int = DEFAULT_STATE_MAX_BYTES,
@@ -147,7 +147,7 @@ class ShadowDetector:
             self._start_replication(self._kafka, store)
         self._worker.start()
 
-    def _start_replication(self, kafka: KafkaConfig, store: PairStore) -> None:
+    def _start_replication(self, kafka: KafkaConnection, store: PairStore) -> None:
         from detectors.shadow.replication import HalvesConsumer
         from monitor.replication import TopicPublisher, WholeTopicReader, client_settings
 

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from detectors.shadow.metrics import ShadowMetrics
 from detectors.shadow.model import message_from_record
 from detectors.shadow.runner import JoinRunner
-from monitor.kafka_config import KafkaConfig
+from monitor.kafka_connection import KafkaConnection
 from monitor.replication import TopicReader, client_settings
 
 # kafka-python's default reconnect backoff grows to 30 s; a broker that came back should
@@ -35,7 +35,7 @@ class HalvesConsumer:
 
     def __init__(
         self,
-        kafka: KafkaConfig,
+        kafka: KafkaConnection,
         topic: str,
         group_id: str,
         *,

@@ -78,8 +78,10 @@ def conformance(request: pytest.FixtureRequest) -> Iterator[Conformance]:
     """
     recorder = RecordingDetector()
     sections: dict[str, Any] = {
-        "assembly": {"grace_s": 0.3},
-        "collectors": {"otlp": {"grpc": {"enabled": False}}},
+        "collectors": {
+            "otlp": {"grpc": {"enabled": False}},
+            "spans": {"assembly": {"grace_s": 0.3}},
+        },
         "detectors": {"faithfulness": {"enabled": False}, "drift": {"enabled": False}},
     }
     merge_sections(sections, getattr(request, "param", {}))

@@ -84,8 +84,8 @@ def test_library_results_over_logs_and_span_events_count_per_evaluation_outcome_
     unmatched."""
     sidecar = start_sidecar(detectors={"evaluations": EVALUATIONS,
                                        "faithfulness": {"enabled": False}},
-                            collectors={"otlp": {"grpc": {"enabled": False}}},
-                            assembly={"grace_s": 0.5})  # fmt: skip
+                            collectors={"otlp": {"grpc": {"enabled": False}},
+                                        "spans": {"assembly": {"grace_s": 0.5}}})  # fmt: skip
     registry = sidecar.registry
     base = f"http://127.0.0.1:{sidecar.http.port}"  # type: ignore[union-attr]
     producer = subprocess.Popen([str(producer_python), str(PRODUCER), base, str(REQUESTS)],

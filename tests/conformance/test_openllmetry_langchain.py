@@ -189,7 +189,9 @@ def test_each_request_maps_field_by_field(
     check_cost(conformance, replies)
 
 
-@pytest.mark.parametrize("conformance", [{"mapping": {"doc_id_keys": []}}], indirect=True)
+@pytest.mark.parametrize(
+    "conformance", [{"collectors": {"spans": {"mapping": {"doc_id_keys": []}}}}], indirect=True
+)
 def test_documents_without_any_id_stay_contexts_with_derived_ids(
     conformance: Conformance, fake_openai: FakeOpenAI
 ) -> None:

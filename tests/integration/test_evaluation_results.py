@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import ClassVar
 
+import orjson
 import pytest
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogs
@@ -19,11 +20,13 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_s
 
 from detectors.evaluations.names import RESULTS_TOTAL, UNMATCHED_TOTAL
 from monitor.detector import InlineDetector
-from monitor.intake import Events
 from monitor.sidecar import Sidecar
-from monitor.trace import EvaluationResult, Event, JudgeScore
+from monitor.trace import EvaluationResult, Event, RagTrace
 from tests.conftest import sample, wait_until
-from tests.otel_traffic import RagRequest, emit_rag_request, tracer_for
+from tests.fake_openai import Script, fake_openai
+from tests.integration.conftest import post
+from tests.integration.test_llm_judge import KEY, KEY_ENV, settings
+from tests.otel_traffic import RagRequest, emit_rag_request, filter_attributes, tracer_for
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +59,7 @@ def test_results_from_spans_and_logs_count_per_evaluation_outcome_and_request(
     name, one plain log line): every result counted under its request's variant."""
     sidecar = start_sidecar(detectors={"evaluations": EVALUATIONS,
                                        "faithfulness": {"enabled": False}},
-                            assembly={"grace_s": 1.0})  # fmt: skip
+                            collectors={"spans": {"assembly": {"grace_s": 1.0}}})  # fmt: skip
     http = f"http://127.0.0.1:{sidecar.http.port}"  # type: ignore[union-attr]
     _, tracer = tracer_for(HttpSpans(endpoint=f"{http}/v1/traces"))
     start = time.time_ns()
@@ -115,36 +118,97 @@ class Recorder(InlineDetector):
             self.results.append(event)
 
 
-def test_judged_scores_arrive_at_another_sidecar_as_log_records(
-    start_sidecar: Callable[..., Sidecar],
+class RootSpans(InlineDetector):
+    """Keeps the root span id of each trace a sidecar's pipeline assembles."""
+
+    name: ClassVar[str] = "root_spans"
+
+    def __init__(self) -> None:
+        self.by_trace: dict[str, str | None] = {}
+
+    def observe(self, trace: RagTrace) -> None:
+        self.by_trace[trace.trace_id] = trace.root_span_id
+
+
+# The judging sidecar's traffic: what each request is and the records it must give.
+JUDGED = "It is described in d1."  # the fake judge: its one claim is supported (1.0)
+BROKEN = "The reply is not JSON."  # the fake judge's reply cannot be read: error
+SCRIPT = Script({JUDGED: ["d1 describes it."], BROKEN: ["A claim."]},
+                {"d1 describes it.": True, "A claim.": True}, {BROKEN: ["malformed"]})  # fmt: skip
+REQUESTS: dict[str, dict[str, object]] = {
+    "scored": {"output.value": JUDGED, **filter_attributes(relevance_excluded=["g1"])},
+    "error": {"output.value": BROKEN},
+    "no_context": {},  # sent without documents
+    "no_answer": {"output.value": ""},
+}
+LABELS = {"scored": ["g1"], "error": ["d1"]}  # g1 removed by a filter; d1 retrieved
+# (request, evaluation) -> (score, label, error.type) of the record it must give
+EXPECTED = {
+    ("scored", "faithfulness"): (1.0, "faithful", None),
+    ("error", "faithfulness"): (None, None, "error"),
+    ("no_context", "faithfulness"): (None, None, "no_context"),
+    ("no_answer", "faithfulness"): (None, None, "no_answer"),
+    ("scored", "retrieval_false_exclusion"): (1.0, "excluded", None),
+    ("error", "retrieval_false_exclusion"): (0.0, "not_excluded", None),
+}
+
+
+def test_verdicts_arrive_at_another_sidecar_as_log_records(
+    start_sidecar: Callable[..., Sidecar], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A sidecar with detectors.evaluations.emit sends each JudgeScore its judge emits as a
-    gen_ai.evaluation.result record to a second sidecar's /v1/logs: name faithfulness,
-    score, label, the trace id and the request's root span id."""
-    recorder = Recorder()
+    """A sidecar with detectors.evaluations.emit, judging OTLP traffic with an LLM judge (a
+    fake OpenAI server), sends a second sidecar's /v1/logs one gen_ai.evaluation.result per
+    verdict, in the request's trace under its root span: faithfulness scored, errored and
+    settled (no_context, no_answer as error.type, no score), and each labeled query's
+    retrieval_false_exclusion share and label; the receiver counts them by outcome."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    recorder, roots = Recorder(), RootSpans()
     receiving = start_sidecar(
         extra_detectors=[recorder],
-        detectors={"evaluations": {"evaluations": {"faithfulness": {"score_min": 0.5}}},
+        detectors={"evaluations": {"evaluations": {
+                       "faithfulness": {"score_min": 0.5},
+                       "retrieval_false_exclusion": {"labels": ["not_excluded"]}}},
                    "faithfulness": {"enabled": False}},
     )  # fmt: skip
     endpoint = f"http://127.0.0.1:{receiving.http.port}/v1/logs"  # type: ignore[union-attr]
-    judging = start_sidecar(detectors={"evaluations": {"emit": {"endpoint": endpoint}},
-                                       "faithfulness": {"enabled": False}})  # fmt: skip
-    _, tracer = tracer_for(HttpSpans(endpoint=f"http://127.0.0.1:{judging.http.port}/v1/traces"))  # type: ignore[union-attr]
-    trace_ids = [emit_rag_request(tracer, RagRequest(time.time_ns())) for _ in range(2)]
-    wait_until(lambda: sample(judging.registry, "rag_requests_total") >= 2)
-    # What the faithfulness detector emits once its judge has scored (monitor.components.EventHook)
-    scores = [JudgeScore(trace_ids[0], 0.9, 0.5), JudgeScore(trace_ids[1], 0.2, 0.5)]
-    assert judging.pipeline.submit(Events(tuple(scores), "internal"), timeout=5)
-    wait_until(lambda: len(recorder.results) >= 2)
-    by_trace = {result.trace_id: result for result in recorder.results}
-    assert set(by_trace) == set(trace_ids)
-    for score in scores:
-        result = by_trace[score.trace_id]
-        assert (result.name, result.score) == ("faithfulness", score.score)
-        assert result.label == ("faithful" if score.score >= 0.5 else "unfaithful")
-        assert result.span_id is not None  # the request's root span
-    registry = receiving.registry
-    for outcome in ("pass", "fail"):
-        assert sample(registry, RESULTS_TOTAL, evaluation="faithfulness", outcome=outcome,
-                      variant="production") == 1  # fmt: skip
+    with fake_openai(SCRIPT) as fake:
+        judging = start_sidecar(
+            extra_detectors=[roots],
+            detectors={"evaluations": {"emit": {"endpoint": endpoint}},
+                       "faithfulness": settings(fake.endpoint)},
+        )  # fmt: skip
+        up = {"detector": "faithfulness"}
+        wait_until(lambda: sample(judging.registry, "rag_monitor_detector_up", **up) == 1)
+        http = f"http://127.0.0.1:{judging.http.port}"  # type: ignore[union-attr]
+        provider, tracer = tracer_for(HttpSpans(endpoint=f"{http}/v1/traces"))
+        start = time.time_ns()
+        trace_ids = {
+            name: emit_rag_request(tracer, RagRequest(
+                start + i, extra=extra, documents=() if name == "no_context" else (
+                    ("d1", "acme"), ("d2", "acme"))))
+            for i, (name, extra) in enumerate(REQUESTS.items())
+        }  # fmt: skip
+        provider.shutdown()
+        wait_until(lambda: len(roots.by_trace) == len(REQUESTS))
+        labels = [{"trace_id": trace_ids[name], "gold_doc_ids": gold}
+                  for name, gold in LABELS.items()]  # fmt: skip
+        assert post(judging, "/v1/labels", orjson.dumps(labels), "application/json")[0] == 200
+        wait_until(lambda: len(recorder.results) >= len(EXPECTED), 30)
+    names = {trace_id: name for name, trace_id in trace_ids.items()}
+    got = {(names[str(r.trace_id)], r.name): r for r in recorder.results}
+    assert len(recorder.results) == len(EXPECTED)
+    assert {key: (r.score, r.label, r.error_type) for key, r in got.items()} == EXPECTED
+    for (name, _), result in got.items():
+        assert result.span_id is not None
+        assert result.span_id == roots.by_trace[trace_ids[name]], name
+    counts = {
+        (evaluation, outcome): sample(receiving.registry, RESULTS_TOTAL, evaluation=evaluation,
+                                      outcome=outcome, variant="production")
+        for evaluation in ("faithfulness", "retrieval_false_exclusion")
+        for outcome in ("pass", "fail", "error")
+    }  # fmt: skip
+    assert counts == {
+        ("faithfulness", "pass"): 1, ("faithfulness", "fail"): 0, ("faithfulness", "error"): 3,
+        ("retrieval_false_exclusion", "pass"): 1, ("retrieval_false_exclusion", "fail"): 1,
+        ("retrieval_false_exclusion", "error"): 0,
+    }  # fmt: skip

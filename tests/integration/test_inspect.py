@@ -131,7 +131,7 @@ def test_inspect_names_the_documents_attribute_and_its_snippet_fills_the_coverag
     printed = shown.stdout.split(f"{TRACES} trace(s): {TRACES} RAG request(s), 0 not\n")[1]
     assert f"contexts missing in {TRACES}" in printed
     snippet = yaml.safe_load(printed.split("):\n", 1)[1])
-    assert snippet == {"mapping": {"document_attributes": [HITS]}}
+    assert snippet == {"collectors": {"spans": {"mapping": {"document_attributes": [HITS]}}}}
 
     unseen = sidecar_process(LIGHT, "without-mapping").start()
     seen = sidecar_process({**LIGHT, **snippet}, "with-mapping").start()

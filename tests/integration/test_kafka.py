@@ -595,7 +595,8 @@ def test_sigterm_drains_held_traces_then_commits_their_offsets(
     topic, settings = traces_topic(broker, partitions=2)
     group = settings["group_id"]
     # A long grace period holds every trace, so nothing is committable before SIGTERM.
-    config = {"collectors": {"kafka": settings}, "assembly": {"grace_s": 60, "ttl_s": 120}}
+    assembly = {"grace_s": 60, "ttl_s": 120}
+    config = {"collectors": {"kafka": settings, "spans": {"assembly": assembly}}}
     sidecar = sidecar_process(config).start()
     sidecar.wait_ready()
     placed = broker.produce(topic, [sdk_request() for _ in range(50)], partitions=2)

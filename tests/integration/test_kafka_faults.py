@@ -154,7 +154,9 @@ def collector_with_dead_dlq(broker: Broker) -> Iterator[tuple[Pipeline, dict[str
     settings["dead_letter_tries"] = 2
     config = make_config(collectors={"kafka": settings})
     pipeline = Pipeline(
-        SpanAssembly(config.assembly, config.mapping), [], PipelineMetrics(CollectorRegistry())
+        SpanAssembly(config.collectors.spans.assembly, config.collectors.spans.mapping),
+        [],
+        PipelineMetrics(CollectorRegistry()),
     )
     nowhere = f"127.0.0.1:{free_port()}"
 

@@ -160,7 +160,7 @@ def test_bearer_token_is_required_once_configured(
 ) -> None:
     """With auth_token_env set, HTTP answers 401 and gRPC UNAUTHENTICATED without the token."""
     monkeypatch.setenv("RAG_MONITOR_TEST_TOKEN", "s3cret")
-    sidecar = start_sidecar(collectors={"otlp": {"auth_token_env": "RAG_MONITOR_TEST_TOKEN"}})
+    sidecar = start_sidecar(service={"auth_token_env": "RAG_MONITOR_TEST_TOKEN"})
     status, _, headers = post(sidecar, "/v1/traces", sdk_request(), PROTO)
     assert status == 401
     assert headers["WWW-Authenticate"] == "Bearer"

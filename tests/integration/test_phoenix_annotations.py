@@ -96,9 +96,13 @@ def test_scores_become_span_annotations_on_the_root_span(
     wait_until(lambda: _span_ids(spans) >= set(roots), timeout=60, every=0.5)
 
     sidecar = start_sidecar(
-        collectors={"phoenix": {"enabled": True, "endpoint": phoenix, "annotate": True}},
         detectors={
-            "faithfulness": {"model": str(directory), "sample_rate": 1.0, "precision": "fp32"}
+            "faithfulness": {
+                "model": str(directory),
+                "sample_rate": 1.0,
+                "precision": "fp32",
+                "phoenix": {"enabled": True, "endpoint": phoenix, "annotate": True},
+            }
         },
     )
     exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{sidecar.http.port}/v1/traces")  # type: ignore[union-attr]

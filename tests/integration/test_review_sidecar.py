@@ -100,8 +100,7 @@ def review_settings(tmp_path: Path, *, score: bool = True, **review: Any) -> dic
             "precision": "fp32",  # no start-up measurement: this test is about review
         }
     return {
-        "service": {"state_dir": str(tmp_path / "state")},
-        "collectors": {"otlp": {"auth_token_env": "REVIEW_TEST_TOKEN"}},
+        "service": {"state_dir": str(tmp_path / "state"), "auth_token_env": "REVIEW_TEST_TOKEN"},
         "detectors": {
             "faithfulness": faithfulness,
             "review": {
@@ -227,7 +226,7 @@ def test_two_replicas_share_one_queue_through_kafka(
 
     def replica(name: str) -> Sidecar:
         settings = review_settings(tmp_path / name, score=False, random_rate=1.0, topic=topic)
-        settings["collectors"]["kafka"] = kafka_settings(broker.bootstrap, [traces])
+        settings["collectors"] = {"kafka": kafka_settings(broker.bootstrap, [traces])}
         return start_sidecar(**settings)
 
     a, b = replica("a"), replica("b")

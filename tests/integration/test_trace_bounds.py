@@ -58,7 +58,7 @@ def test_a_50k_span_chain_takes_seconds_not_minutes_and_traffic_keeps_flowing(
     assembly: dict[str, float] = {"grace_s": GRACE_S}
     if max_spans is not None:
         assembly["max_spans_per_trace"] = max_spans
-    sidecar = start_sidecar(assembly=assembly)
+    sidecar = start_sidecar(collectors={"spans": {"assembly": assembly}})
     registry = sidecar.registry
     body = chain_request(CHAIN_SPANS)
     assert len(body) < 8 * 2**20  # within the default collectors.otlp.max_request_bytes

@@ -38,23 +38,24 @@ def test_environment_overrides_nested_keys_as_yaml_values() -> None:
         environ={
             "RAG_MONITOR_COLLECTORS__KAFKA__BOOTSTRAP_SERVERS": "broker:9092",
             "RAG_MONITOR_DETECTORS__LATENCY__QUANTILES": "[0.5, 0.9]",
-            "RAG_MONITOR_ASSEMBLY__GRACE_S": "0.5",
+            "RAG_MONITOR_COLLECTORS__SPANS__ASSEMBLY__GRACE_S": "0.5",
             "RAG_MONITOR_GUARDRAILS__FOR": "5m",
             "UNRELATED": "1",
         }
     )
     assert config.collectors.kafka.bootstrap_servers == "broker:9092"
     assert config.detectors.latency.quantiles == [0.5, 0.9]
-    assert config.assembly.grace_s == 0.5
+    assert config.collectors.spans.assembly.grace_s == 0.5
     assert config.guardrails.for_ == "5m"
 
 
 def test_environment_overrides_win_over_the_file(tmp_path: Path) -> None:
     """An environment override replaces the value from the file."""
     path = tmp_path / "c.yaml"
-    path.write_text("assembly: {grace_s: 1.0, ttl_s: 30}\n")
-    config = load_config(path, environ={"RAG_MONITOR_ASSEMBLY__GRACE_S": "3"})
-    assert (config.assembly.grace_s, config.assembly.ttl_s) == (3.0, 30.0)
+    path.write_text("collectors: {spans: {assembly: {grace_s: 1.0, ttl_s: 30}}}\n")
+    config = load_config(path, environ={"RAG_MONITOR_COLLECTORS__SPANS__ASSEMBLY__GRACE_S": "3"})
+    assembly = config.collectors.spans.assembly
+    assert (assembly.grace_s, assembly.ttl_s) == (3.0, 30.0)
 
 
 @pytest.mark.parametrize(
@@ -65,7 +66,10 @@ def test_environment_overrides_win_over_the_file(tmp_path: Path) -> None:
         ("detectors: {faithfulness: {sample_rate: 0}}", "detectors.faithfulness.sample_rate"),
         ("detectors: {latency: {quantiles: [1.5]}}", "detectors.latency.quantiles"),
         ("guardrails: {for: soon}", "guardrails.for"),
-        ("assembly: {max_pending_traces: -1}", "assembly.max_pending_traces"),
+        (
+            "collectors: {spans: {assembly: {max_pending_traces: -1}}}",
+            "collectors.spans.assembly.max_pending_traces",
+        ),
         ("detectors: {review: {follow_up_patterns: ['(']}}", "detectors.review.follow_up_patterns"),
         (
             "detectors: {faithfulness: {refusal_patterns: ['[a-']}}",
@@ -95,7 +99,9 @@ def test_errors_name_the_key_path(tmp_path: Path, yaml_text: str, expected: str)
 def test_every_error_is_reported_at_once(tmp_path: Path) -> None:
     """Several mistakes give several problems, not just the first."""
     path = tmp_path / "c.yaml"
-    path.write_text("assembly: {grace_s: -1, ttl_s: 0}\nservice: {nope: 1}\n")
+    path.write_text(
+        "collectors: {spans: {assembly: {grace_s: -1, ttl_s: 0}}}\nservice: {nope: 1}\n"
+    )
     with pytest.raises(ConfigError) as caught:
         load_config(path, environ={})
     assert len(caught.value.problems) == 3
@@ -117,13 +123,11 @@ def test_explain_lists_every_leaf_key_with_a_description() -> None:
     lines = list(explain())
     assert any(line.startswith("collectors.kafka.dead_letter_topic:") for line in lines)
     assert any(line.startswith("guardrails.for:") for line in lines)
-    assert any(line.startswith("mapping.query_pointers:") for line in lines)
+    assert any(line.startswith("collectors.spans.mapping.query_pointers:") for line in lines)
     assert not [line for line in lines if line.endswith("# None")]
     assert Config.model_fields.keys() == {
         "service",
         "collectors",
-        "assembly",
-        "mapping",
         "detectors",
         "guardrails",
     }
@@ -179,7 +183,10 @@ def test_explain_prints_the_defaults_the_models_have() -> None:
     ("yaml_text", "problem"),
     [
         ("service: {tenant_labels: [acme]}", "service.tenant_labels: unknown key"),
-        ("collectors: {phoenix: {project: default}}", "collectors.phoenix.project: unknown key"),
+        (
+            "detectors: {faithfulness: {phoenix: {project: default}}}",
+            "detectors.faithfulness.phoenix.project: unknown key",
+        ),
     ],
     ids=["tenant_labels", "phoenix-project"],
 )
@@ -190,6 +197,37 @@ def test_removed_keys_are_unknown(tmp_path: Path, yaml_text: str, problem: str) 
     with pytest.raises(ConfigError) as caught:
         load_config(path, environ={})
     assert caught.value.problems == [problem]
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "problem"),
+    [
+        ("assembly: {grace_s: 1}", "assembly: moved to collectors.spans.assembly"),
+        ("mapping: {doc_id_keys: []}", "mapping: moved to collectors.spans.mapping"),
+        (
+            "collectors: {otlp: {auth_token_env: TOKEN}}",
+            "collectors.otlp.auth_token_env: moved to service.auth_token_env",
+        ),
+        (
+            "collectors: {phoenix: {enabled: true}}",
+            "collectors.phoenix: moved to detectors.faithfulness.phoenix",
+        ),
+    ],
+    ids=["assembly", "mapping", "auth_token_env", "phoenix"],
+)
+def test_moved_keys_fail_naming_the_new_key(tmp_path: Path, yaml_text: str, problem: str) -> None:
+    """A key that moved is refused at load with its new place, not as an unknown key."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert caught.value.problems == [f"{problem} (docs: Changes)"]
+
+
+def test_a_moved_key_set_from_the_environment_names_the_new_key() -> None:
+    """RAG_MONITOR_ASSEMBLY__GRACE_S is refused like the file's key, naming the new one."""
+    with pytest.raises(ConfigError, match=r"assembly: moved to collectors\.spans\.assembly"):
+        load_config(None, environ={"RAG_MONITOR_ASSEMBLY__GRACE_S": "1"})
 
 
 def test_drift_defaults_to_scipy_and_explain_names_the_alibi_licence() -> None:

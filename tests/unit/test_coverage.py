@@ -12,8 +12,9 @@ from prometheus_client import CollectorRegistry
 from alerts.coverage import needed_fields
 from collectors.assembly import SpanAssembly
 from collectors.otlp import Span
+from collectors.spans_config import AssemblyConfig, MappingConfig
 from monitor.components import load_components
-from monitor.config import AssemblyConfig, Config, ConfigError, MappingConfig, load_config
+from monitor.config import Config, ConfigError, load_config
 from monitor.coverage import FIELDS, PRESENT, FieldCoverage
 from monitor.intake import SpanBatch, WholeTrace
 from monitor.pipeline import Pipeline

@@ -192,9 +192,8 @@ def test_compose_builds_the_extras_its_config_enables() -> None:
     assert (faithfulness.judge_location == "inline" and faithfulness.judge == "hhem") == (
         "hhem" in extras
     )
-    assert (config.collectors.phoenix.enabled and config.collectors.phoenix.annotate) == (
-        "phoenix" in extras
-    )
+    phoenix = config.detectors.faithfulness.phoenix
+    assert (phoenix.enabled and phoenix.annotate) == ("phoenix" in extras)
 
 
 def _config(configmap: dict[str, Any]) -> Config:

@@ -58,17 +58,18 @@ CASES = [
     ),
     pytest.param(
         {
-            "collectors": {"phoenix": {"enabled": True}},
             "detectors": {
                 "faithfulness": {
+                    "phoenix": {"enabled": True},
                     "judge": "openai_compatible",
                     "llm_judge": {"endpoint": "http://127.0.0.1:9/v1", "model": "judge"},
                 }
             },
         },
         "phoenix",
-        "collectors.phoenix (annotate: true) needs the phoenix extra: "
-        "pip install 'rag-monitor[phoenix]', or set collectors.phoenix.enabled: false "
+        "detectors.faithfulness.phoenix (annotate: true) needs the phoenix extra: "
+        "pip install 'rag-monitor[phoenix]', or set "
+        "detectors.faithfulness.phoenix.enabled: false "
         "(not importable: phoenix)",
         id="phoenix-annotations",
     ),

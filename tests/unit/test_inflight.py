@@ -21,12 +21,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceS
 from opentelemetry.sdk.trace.export import SpanExportResult
 from prometheus_client import CollectorRegistry
 
+from collectors.otlp_config import OtlpConfig
 from collectors.otlp_grpc import OtlpGrpcReceiver
 from collectors.otlp_http import OtlpHttpReceiver
 from detectors.review.config import ReviewHttpSettings
 from detectors.review.store import ReviewStore
 from detectors.review.web import FORMS_IN_FLIGHT, ReviewPage
-from monitor.config import ConfigError, OtlpConfig, load_config
+from monitor.config import ConfigError, load_config
 from monitor.http.inflight import OTLP_DECODE_FACTOR, ByteBudget, shared_budget
 from monitor.intake import WorkItem
 from tests.conftest import sample, sdk_request, wait_until

@@ -20,8 +20,9 @@ from collectors.inspect_provenance import inspect_trace
 from collectors.inspect_view import render, shown
 from collectors.openinference import TraceMapper
 from collectors.otlp import Span, SpanEvent
+from collectors.spans_config import MappingConfig
 from monitor.cli import main
-from monitor.config import Config, MappingConfig
+from monitor.config import Config
 from monitor.coverage import PRESENT
 from tests.conftest import to_otlp_json, wait_until
 from tests.otel_traffic import MemoryExporter, tracer_for
@@ -160,13 +161,13 @@ def test_time_to_first_token_names_its_event() -> None:
     [
         (
             [span("root", None, "CHAIN", 1, 9, **{"input.value": QUERY})],
-            "not a RAG request: no LLM span, and no span of mapping.request_kinds "
+            "not a RAG request: no LLM span, and no span of collectors.spans.mapping.request_kinds "
             "['RETRIEVER'] (those count with a query); span kinds seen: CHAIN",
         ),
         (
             [span("root", None, None, 1, 9), span("r", "root", "RETRIEVER", 2, 8)],
             'not a RAG request: no LLM span, and RETRIEVER span "r" (of '
-            "mapping.request_kinds) comes with no query; span kinds seen: RETRIEVER",
+            "collectors.spans.mapping.request_kinds) comes with no query; span kinds seen: RETRIEVER",
         ),
     ],
     ids=["chain-only", "retriever-without-query"],

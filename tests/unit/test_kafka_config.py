@@ -12,7 +12,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from collectors.kafka_dead_letter import producer_settings
 from collectors.kafka_group import consumer_settings, group_instance_id
 from monitor.config import ConfigError, load_config
-from monitor.kafka_config import CONSUMER_SETTINGS, OWNED_SETTINGS, SECURITY_SETTINGS
+from monitor.kafka_connection import CONSUMER_SETTINGS, OWNED_SETTINGS, SECURITY_SETTINGS
 
 SASL = {
     "security_protocol": "SASL_SSL",

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from collectors.openinference import TraceMapper
 from collectors.otlp import Span, SpanEvent
 from collectors.span_tree import depths, nearest_marked_ancestors, top_down
-from monitor.config import MappingConfig
+from collectors.spans_config import MappingConfig
 from monitor.trace import RagTrace
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"

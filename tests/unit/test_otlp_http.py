@@ -18,8 +18,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from prometheus_client import CollectorRegistry
 
+from collectors.otlp_config import OtlpConfig
 from collectors.otlp_http import PROTOBUF, OtlpHttpReceiver
-from monitor.config import OtlpConfig
+from monitor.components import write_token
 from monitor.intake import Events, SpanBatch, WorkItem
 from monitor.pipeline_metrics import PipelineMetrics
 from monitor.trace import Feedback, Label
@@ -362,6 +363,5 @@ def test_stop_intake_waits_until_the_request_in_a_handler_is_answered(bounded: B
 def test_a_blank_token_variable_fails_start_up(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     """A token variable that is empty or only whitespace is refused like an unset one."""
     monkeypatch.setenv("OTLP_TOKEN", value)
-    config = OtlpConfig.model_validate({"http": {"port": 0}, "auth_token_env": "OTLP_TOKEN"})
-    with pytest.raises(ValueError, match="OTLP_TOKEN"):
-        OtlpHttpReceiver(config, SinkConsumer(CollectorRegistry()))
+    with pytest.raises(ValueError, match=r"service\.auth_token_env names 'OTLP_TOKEN'"):
+        write_token("OTLP_TOKEN")

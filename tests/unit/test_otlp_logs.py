@@ -11,7 +11,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from collectors.otlp_logs import LOG_RECORDS_TOTAL
+from collectors.names import LOG_RECORDS_TOTAL
 from monitor.intake import Events
 from monitor.trace import EvaluationResult
 from tests.conftest import sample

@@ -11,12 +11,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from detectors.faithfulness.judge import JudgePair, JudgeResult
-from detectors.faithfulness.remote import pair_record, score_from_record, stratum_of
+from detectors.faithfulness.remote import pair_record, stratum_of, verdict_from_record
 from detectors.faithfulness.scorer import Pair, Scorer
 from detectors.faithfulness.scorer_budget import FloorBudget, SeenTraces
 from monitor.config import Config
 from monitor.sampler import Sampled, trace_fraction
-from monitor.trace import Context, RagTrace
+from monitor.trace import Context, JudgeScore, RagTrace, UnscoredAnswer
 from tests.conftest import sample
 
 
@@ -102,7 +102,7 @@ def test_a_pair_round_trips_and_bad_records_are_refused() -> None:
     with pytest.raises(ValueError, match="non-empty"):
         Pair.from_record(orjson.dumps({**record, "premise": ""}))
     with pytest.raises(ValueError, match="outside"):
-        score_from_record(
+        verdict_from_record(
             orjson.dumps({"trace_id": "t", "score": 2, "threshold": 0.5, "judge": "hhem"})
         )
 
@@ -165,6 +165,40 @@ def test_a_pair_redelivered_before_its_score_was_flushed_is_sent_again_not_judge
     assert judge.batches == [["a"]]
     assert [r["trace_id"] for r in sent.records] == ["t1", "t1"]
     assert sample(registry, "rag_judge_scorer_pairs_total", outcome="duplicate") == 1
+
+
+class VerdictJudge(FixedJudge):
+    """Ends each pair as its answer says: a score, no claims, or an error."""
+
+    def score(self, pairs: list[JudgePair]) -> list[JudgeResult]:
+        verdicts = {"scored": JudgeResult.scored(0.75), "no_claims": JudgeResult("no_claims"),
+                    "error": JudgeResult.failed("timeout")}  # fmt: skip
+        return [verdicts[p.answer] for p in pairs]
+
+
+def test_a_pair_the_judge_gives_no_score_is_published_with_its_outcome() -> None:
+    """Every judged pair is published: a score as before, an error or no_claims as its
+    outcome without a score; a sidecar reads each back as the event an inline judge emits
+    (JudgeScore, UnscoredAnswer) and refuses an outcome no scorer's judge ends with."""
+    registry = CollectorRegistry()
+    config = Config.model_validate({"detectors": {"faithfulness": {"judge_location": "kafka"}}})
+    scorer = Scorer(config.detectors.faithfulness, config.collectors.kafka, registry)
+    answers = ("scored", "no_claims", "error")
+    values = [orjson.dumps({"trace_id": a, "premise": "p", "answer": a, "question": None,
+                            "variant": "production", "service": "s", "stratum": "random"})
+              for a in answers]  # fmt: skip
+    sent = Sent()
+    scorer.handle(VerdictJudge(), values, sent)  # type: ignore[arg-type]
+    verdicts = {r["trace_id"]: verdict_from_record(orjson.dumps(r)) for r in sent.records}
+    assert verdicts == {
+        "scored": JudgeScore("scored", 0.75, config.detectors.faithfulness.threshold),
+        "no_claims": UnscoredAnswer("no_claims", "no_claims"),
+        "error": UnscoredAnswer("error", "error"),
+    }
+    assert sample(registry, "rag_judge_scores_published_total", outcome="ok") == 3
+    refused = {"trace_id": "t", "outcome": "no_context", "judge": "hhem"}
+    with pytest.raises(ValueError, match="outcome"):
+        verdict_from_record(orjson.dumps(refused))
 
 
 def test_kafka_judging_without_brokers_is_refused_at_start() -> None:

@@ -13,7 +13,7 @@ import pytest
 from collectors.openinference import TraceMapper
 from collectors.otlp import Span
 from collectors.span_kinds import span_kind
-from monitor.config import MappingConfig
+from collectors.spans_config import MappingConfig
 from monitor.trace import RagTrace
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

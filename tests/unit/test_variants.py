@@ -111,7 +111,7 @@ def test_pipeline_folds_before_the_detectors_and_counts_requests_by_variant() ->
     """Detectors see only listed variants (or none); rag_requests_total carries the label."""
     config, registry, seen = Config(), CollectorRegistry(), Variants()
     pipeline = Pipeline(
-        SpanAssembly(config.assembly, config.mapping),
+        SpanAssembly(config.collectors.spans.assembly, config.collectors.spans.mapping),
         [seen],
         PipelineMetrics(registry, ["shadow"]),
     )
@@ -221,7 +221,9 @@ def test_feedback_through_the_pipeline_counts_under_its_traces_variant() -> None
     config = Config()
     feedback = FeedbackDetector(registry)
     pipeline = Pipeline(
-        SpanAssembly(config.assembly, config.mapping), [feedback], PipelineMetrics(registry)
+        SpanAssembly(config.collectors.spans.assembly, config.collectors.spans.mapping),
+        [feedback],
+        PipelineMetrics(registry),
     )
     pipeline.start()
     pipeline.submit(WholeTrace(trace("a1", "canary")))

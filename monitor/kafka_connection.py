@@ -1,20 +1,24 @@
-"""``collectors.kafka``: the Kafka collector's configuration.
+"""The Kafka connection every Kafka client of the sidecar shares: the brokers, the
+security settings and the consumer tuning. It is read from ``collectors.kafka``, whose
+model (``collectors/kafka_config.py``) extends it with the collector's own settings.
 
 kafka-python takes one flat bag of settings. The configuration splits it in
 two so that each setting has one place: ``security`` (protocol, SASL, SSL),
-which the dead-letter producer needs as well, and ``consumer`` (timeouts, fetch
-sizes, ...), which only the consumer gets. Settings the collector decides
-itself are refused in both. The names are kafka-python's
-(``KafkaConsumer.DEFAULT_CONFIG``; a unit test checks the three sets cover it
-exactly), written out here so that validating a file needs no kafka import.
+which producers need as well, and ``consumer`` (timeouts, fetch sizes, ...),
+which only consumers get. Settings the sidecar decides itself are refused in
+both. The names are kafka-python's (``KafkaConsumer.DEFAULT_CONFIG``; a unit
+test checks the three sets cover it exactly), written out here so that
+validating a file needs no kafka import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from monitor.section import Section
 
 SECURITY_SETTINGS = frozenset(
     {
@@ -42,7 +46,7 @@ CONSUMER_SETTINGS = frozenset(
         *("metrics_sample_window_ms", "metric_group_prefix"),
     }
 )
-# Set by the collector; a value here would break what the README promises.
+# Set by the sidecar's clients; a value here would break what the docs promise.
 OWNED_SETTINGS = {
     "bootstrap_servers": "set it as collectors.kafka.bootstrap_servers",
     "group_id": "set it as collectors.kafka.group_id",
@@ -78,74 +82,22 @@ def _refusals(names: Iterable[str], section: str) -> list[str]:
     return problems
 
 
-class _KafkaSection(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class KafkaConnection(Section):
+    """What every Kafka client of the sidecar shares: the brokers, the security settings
+    and the consumer tuning. The Kafka collector's section (``collectors.kafka``) extends
+    it; the review, shadow and remote-judging topics use the same connection."""
 
-
-class KafkaTopics(_KafkaSection):
-    traces: list[str] = Field(
-        default_factory=lambda: ["otlp_spans"], description="topics carrying traces"
-    )
-    labels: str | None = Field("rag-labels", description="topic of gold-document labels")
-    feedback: str | None = Field("rag-feedback", description="topic of user feedback events")
-
-
-PayloadFormat = Literal["auto", "otlp_proto", "otlp_json", "rag_trace_json"]
-# What kafka-python (and the Kafka protocol) accept as a group.instance.id.
-GROUP_INSTANCE_ID = r"^[A-Za-z0-9._-]{1,249}$"
-
-
-class KafkaConfig(_KafkaSection):
     bootstrap_servers: str | list[str] | None = Field(
         None, description="broker list; Kafka is off until this is set"
-    )
-    group_id: str = Field("rag-monitor", description="consumer group")
-    topics: KafkaTopics = Field(default_factory=KafkaTopics, description="topics to consume")
-    format: PayloadFormat = Field("auto", description="payload format of the trace topics")
-    dead_letter_topic: str | None = Field(
-        "rag-monitor-dlq", description="where undecodable records go (null: only count them)"
-    )
-    group_instance_id: str | None = Field(
-        None,
-        pattern=GROUP_INSTANCE_ID,
-        description="static group membership (Kafka >= 2.3): a restarted replica with the same "
-        "id gets its partitions back without a rebalance; unset: the POD_NAME environment "
-        "variable when set, else dynamic membership",
-    )
-    static_membership: bool = Field(
-        True,
-        description="join with group_instance_id (or POD_NAME); false: always dynamic "
-        "membership, for brokers whose static membership is broken (Tansu 0.6: docs, Kafka)",
-    )
-    commit_interval_s: float = Field(
-        1.0, gt=0, description="commit the processed offsets at least this often"
-    )
-    commit_every_records: int = Field(
-        500,
-        gt=0,
-        description="and as soon as this many records were processed: a crash replays about "
-        "this many (docs, Kafka)",
-    )
-    ready_grace_s: float = Field(
-        15.0,
-        gt=0,
-        description="/readyz answers 503 once the consumer has had no broker connection or no "
-        "stable group membership for this long",
-    )
-    dead_letter_tries: int = Field(
-        3,
-        ge=1,
-        description="attempts to write a dead letter, whole and then as a reference, before "
-        "the record is skipped (counted as skipped)",
     )
     security: dict[str, Any] = Field(
         default_factory=dict,
         description="kafka-python security settings (security_protocol, sasl_*, ssl_*), "
-        "given to the consumer and the dead-letter producer",
+        "given to every Kafka client of the sidecar (consumers and producers)",
     )
     consumer: dict[str, Any] = Field(
         default_factory=dict,
-        description="kafka-python consumer tuning (session_timeout_ms, fetch_max_bytes, ...); "
+        description="kafka-python consumer tuning of every consumer (session_timeout_ms, ...); "
         "rag-monitor's own unless set: max_poll_records 500, bootstrap_timeout_ms 5000, "
         "reconnect_backoff_max_ms 5000",
     )

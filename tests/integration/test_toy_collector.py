@@ -1,0 +1,71 @@
+"""A collector from a third-party package: registered by an entry point with a config
+section of its own, it appears in ``check-config --explain`` and ``/metrics`` and feeds the
+pipeline without edits outside its package."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+from tests.conftest import SidecarProcess, to_otlp_json, wait_until
+from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for
+
+TOY = Path(__file__).resolve().parents[1] / "testdata" / "toy_collector"
+
+
+@pytest.fixture
+def toy_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The toy package and its dist-info (the entry point) on the path of every subprocess."""
+    path = os.pathsep.join(p for p in (str(TOY), os.environ.get("PYTHONPATH")) if p)
+    monkeypatch.setenv("PYTHONPATH", path)
+
+
+def _check_config(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", "check-config", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.usefixtures("toy_on_path")
+def test_the_toy_section_is_explained_and_validated_with_its_key_path(tmp_path: Path) -> None:
+    """--explain lists collectors.toy_file.*; a bad value is refused naming that key."""
+    explained = _check_config("--explain")
+    assert explained.returncode == 0, explained.stderr
+    assert "collectors.toy_file.path: None  # the file to tail" in explained.stdout
+    config = tmp_path / "c.yaml"
+    config.write_text("collectors: {toy_file: {poll_s: 0}}\n")
+    refused = _check_config(str(config))
+    assert refused.returncode == 1
+    assert "collectors.toy_file.poll_s" in refused.stderr
+
+
+@pytest.mark.usefixtures("toy_on_path")
+def test_a_running_sidecar_reads_through_the_toy(
+    tmp_path: Path, sidecar_process: Callable[..., SidecarProcess]
+) -> None:
+    """Spans the toy reads from its file become a request; its metric counts each line."""
+    exporter = MemoryExporter()
+    _, tracer = tracer_for(exporter)
+    emit_rag_request(tracer, RagRequest(time.time_ns()))
+    traces = tmp_path / "traces.jsonl"
+    traces.write_bytes(b"")
+    sidecar = sidecar_process({"collectors": {"toy_file": {"path": str(traces)}}}).start()
+    sidecar.wait_ready()
+    assert b"rag_toy_file_lines_total" in sidecar.get("/metrics")[1]
+    with traces.open("ab") as out:
+        out.write(to_otlp_json(encode_spans(exporter.spans).SerializeToString()) + b"\n")
+        out.write(b"not json\n")
+    wait_until(lambda: sidecar.metric("rag_toy_file_lines_total", outcome="invalid") == 1.0)
+    assert sidecar.metric("rag_toy_file_lines_total", outcome="ok") == 1.0
+    wait_until(lambda: sidecar.metric("rag_requests_total", source="otlp") == 1.0)

@@ -1,0 +1,92 @@
+"""The toy collector: tails a file of OTLP/JSON export requests (one a line, as the
+OpenTelemetry Collector's ``file`` exporter writes them) into the pipeline. Its settings
+are ``collectors.toy_file``; its own metric counts the lines it read."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from prometheus_client import Counter
+from pydantic import Field
+
+from collectors.otlp import PayloadError, decode_otlp_json
+from monitor.components import CollectorComponent, CollectorContext, Receiver
+from monitor.intake import Consumer, SpanBatch
+from monitor.section import Section
+
+LINES_TOTAL = "rag_toy_file_lines_total"
+
+
+class ToyFileConfig(Section):
+    path: Path | None = Field(None, description="the file to tail; off until this is set")
+    poll_s: float = Field(0.2, gt=0, description="look for new lines this often")
+
+
+class ToyFileReceiver:
+    """Reads the lines appended to the file on its own thread."""
+
+    port = None  # a client: it listens on no port
+    max_connections = 0
+
+    def __init__(self, path: Path, poll_s: float, consumer: Consumer) -> None:
+        self._path = path
+        self._poll_s = poll_s
+        self._consumer = consumer
+        self._lines = Counter(
+            LINES_TOTAL.removesuffix("_total"),
+            "Lines the toy collector read, by outcome.",
+            ["outcome"],
+            registry=consumer.metrics.registry,
+        )
+        self._offset = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="toy-file", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def ready(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop_intake(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def shutdown(self) -> None:
+        self.stop_intake()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._poll_s):
+            if self._path.exists():
+                self._read_new_lines()
+
+    def _read_new_lines(self) -> None:
+        with self._path.open("rb") as file:
+            file.seek(self._offset)
+            for line in file:
+                if not line.endswith(b"\n"):
+                    break  # a line still being written: read it whole next time
+                self._offset += len(line)
+                try:
+                    spans = decode_otlp_json(line).spans
+                except PayloadError:
+                    self._lines.labels("invalid").inc()
+                    continue
+                self._consumer.submit(SpanBatch(spans, "otlp"), timeout=2.0)
+                self._lines.labels("ok").inc()
+
+
+def build(config: ToyFileConfig, context: CollectorContext) -> Receiver | None:
+    if config.path is None:
+        return None
+    return ToyFileReceiver(config.path, config.poll_s, context.consumer)
+
+
+COMPONENT = CollectorComponent(
+    name="toy_file",
+    config_model=ToyFileConfig,
+    description="the toy collector of the architecture guide",
+    build=build,
+    order=1000,
+)
