@@ -37,6 +37,7 @@ from monitor.trace import (
     Feedback,
     JudgeScore,
     RagTrace,
+    UnscoredAnswer,
 )
 from monitor.variants import PRODUCTION
 from monitor.worker import Worker
@@ -184,4 +185,6 @@ def _event_type(event: Event) -> str:
         return "exclusion_outcome"
     if isinstance(event, EvaluationResult):
         return "evaluation_result"
+    if isinstance(event, UnscoredAnswer):
+        return "unscored_answer"
     return "judge_score" if isinstance(event, JudgeScore) else "label"

@@ -225,6 +225,17 @@ class JudgeScore:
 
 
 @dataclass(frozen=True, slots=True)
+class UnscoredAnswer:
+    """A sampled answer the faithfulness detector settled without a score: its outcome
+    (no_answer, no_claims, refusal, no_context, or error: the judge gave none). Apart from
+    ``JudgeScore`` so that those acting on scores never see one without a score."""
+
+    trace_id: str
+    outcome: str
+    judge: str = "hhem"
+
+
+@dataclass(frozen=True, slots=True)
 class ExclusionOutcome:
     """The false-exclusion detector's decision on a labeled trace with eligible gold: True
     when a relevance filter removed every eligible gold document. Emitted so that others
@@ -232,6 +243,7 @@ class ExclusionOutcome:
 
     trace_id: str
     excluded: bool
+    excluded_share: float | None = None  # of the eligible gold, the share a filter removed
 
 
-Event = Label | Feedback | JudgeScore | ExclusionOutcome | EvaluationResult
+Event = Label | Feedback | JudgeScore | UnscoredAnswer | ExclusionOutcome | EvaluationResult

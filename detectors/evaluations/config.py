@@ -60,7 +60,7 @@ class EvaluationRule(Section):
 
 
 class EmitConfig(Section):
-    """Where this sidecar's own faithfulness scores go as gen_ai.evaluation.result logs."""
+    """Where this sidecar's own verdicts go as gen_ai.evaluation.result log records."""
 
     endpoint: str = Field(
         description="OTLP/HTTP logs URL, e.g. http://otel-collector:4318/v1/logs (never this "
@@ -68,7 +68,10 @@ class EmitConfig(Section):
     )
     timeout_s: float = Field(10.0, gt=0, description="Seconds an export may take.")
     evaluation_name: str = Field(
-        "faithfulness", min_length=1, description="gen_ai.evaluation.name of the records."
+        "faithfulness",
+        min_length=1,
+        description="gen_ai.evaluation.name of the faithfulness records (scores and "
+        "unscored outcomes).",
     )
 
 
@@ -99,7 +102,8 @@ class EvaluationsConfig(Section):
 
     emit: EmitConfig | None = Field(
         None,
-        description="Send the faithfulness scores this sidecar judges as OpenTelemetry "
+        description="Send this sidecar's verdicts (faithfulness scores and unscored "
+        "outcomes, labeled queries' false exclusions) as OpenTelemetry "
         "gen_ai.evaluation.result log records (None: off).",
     )
 

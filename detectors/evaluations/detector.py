@@ -24,7 +24,14 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from detectors.evaluations.config import EvaluationRule, EvaluationsConfig
 from detectors.evaluations.names import FOLDED_TOTAL, RESULTS_TOTAL, SCORE, UNMATCHED_TOTAL
 from monitor.detector import InlineDetector
-from monitor.trace import EvaluationResult, Event, JudgeScore, RagTrace
+from monitor.trace import (
+    EvaluationResult,
+    Event,
+    ExclusionOutcome,
+    JudgeScore,
+    RagTrace,
+    UnscoredAnswer,
+)
 from monitor.variants import NONE, OTHER, PRODUCTION, bounded_label, variant_of
 
 if TYPE_CHECKING:  # the OpenTelemetry SDK loads only when emit is configured
@@ -111,7 +118,8 @@ class EvaluationsDetector(InlineDetector):
             self._count(result, variant)
 
     def observe_event(self, event: Event) -> None:
-        if isinstance(event, JudgeScore) and self._emitter is not None:
+        verdicts = JudgeScore | UnscoredAnswer | ExclusionOutcome  # what emit sends on
+        if self._emitter is not None and isinstance(event, verdicts):
             self._emitter.emit(event, self._roots.get(event.trace_id))
         if not isinstance(event, EvaluationResult):
             return

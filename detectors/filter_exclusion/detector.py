@@ -331,7 +331,8 @@ class FilterExclusionDetector(InlineDetector):
             metrics.false_exclusions[evidence.variant].inc()
             totals["false_exclusions"] += 1
         if self._emit is not None:
-            self._emit(ExclusionOutcome(evidence.trace_id, score.false_exclusion))
+            share = score.excluded_share
+            self._emit(ExclusionOutcome(evidence.trace_id, score.false_exclusion, share))
         for k, recall in score.recall.items():
             metrics.recall[k].observe(recall)
 

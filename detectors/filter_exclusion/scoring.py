@@ -86,6 +86,11 @@ class QueryScore:
         """Every eligible gold document was removed by a relevance filter."""
         return bool(self.eligible_gold) and self.excluded_gold == self.eligible_gold
 
+    @property
+    def excluded_share(self) -> float:
+        """Of the eligible gold, the share a relevance filter removed (1: false exclusion)."""
+        return len(self.excluded_gold) / len(self.eligible_gold) if self.eligible_gold else 0.0
+
 
 def score_query(gold: Iterable[str], evidence: Evidence, recall_k: Iterable[int]) -> QueryScore:
     """Score ``evidence`` against ``gold`` minus the caller's ineligible documents."""

@@ -19,7 +19,7 @@ from detectors.faithfulness.detector import SCORE_BUCKETS
 from detectors.faithfulness.hhem import HhemScorer, PreparedPair, length_batches, read_checkpoint
 from detectors.faithfulness.triage import OUTCOMES, split_sentences
 from monitor.sidecar import Sidecar
-from monitor.trace import Context, Event, Feedback, JudgeScore, RagTrace
+from monitor.trace import Context, Event, Feedback, JudgeScore, RagTrace, UnscoredAnswer
 from tests.conftest import sample, wait_until
 from tests.hhem_checkpoint import TINY, Tiny, build_checkpoint, reference_scores
 from tests.otel_traffic import RagRequest, emit_rag_request, tracer_for
@@ -214,7 +214,8 @@ NO_EVIDENCE = {
 def test_answers_without_documents_are_no_context_and_never_reach_hhem(tiny: Tiny) -> None:
     """The issue's case: 10 RAG traces whose retriever returned no documents, sampled at
     rate 1, end as no_context (settled before the queue, contexts counted missing): no
-    score, no below-threshold, no JudgeScore; two traces with documents are still scored."""
+    score, no below-threshold, no JudgeScore but an UnscoredAnswer no_context each; two
+    traces with documents are still scored."""
     directory, _ = tiny
     config = FaithfulnessConfig.model_validate(
         {"model": str(directory), "sample_rate": 1.0, "max_per_second": 1e6, "precision": "fp32"}
@@ -239,7 +240,9 @@ def test_answers_without_documents_are_no_context_and_never_reach_hhem(tiny: Tin
     assert outcome(detector, "scored") == 2
     assert sample(registry, "rag_faithfulness_score_count") == 2
     assert sample(registry, "rag_faithfulness_model_pairs_total") == 2
-    assert [type(e) for e in events] == [JudgeScore, JudgeScore]
+    unscored = [(e.trace_id, e.outcome) for e in events if isinstance(e, UnscoredAnswer)]
+    assert unscored == [(f"{i:032x}", "no_context") for i in range(10)]  # settled in order
+    assert len(events) == 12
     assert {e.trace_id for e in events if isinstance(e, JudgeScore)} == {f"{10:032x}", f"{11:032x}"}
     samples = {
         o: sample(registry, "rag_monitor_samples_total", detector="faithfulness", outcome=o)

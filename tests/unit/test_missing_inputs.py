@@ -182,7 +182,7 @@ def test_filter_exclusion_without_retrieved_ids_is_missing_not_a_recall_of_zero(
     detector.observe(EVERYTHING_SEEN)
     detector.observe_event(Label(("d1",), trace_id=EVERYTHING_SEEN.trace_id))
     assert sample(registry, "rag_filter_eligible_queries_total") == 1
-    assert emitted == [ExclusionOutcome(EVERYTHING_SEEN.trace_id, False)]
+    assert emitted == [ExclusionOutcome(EVERYTHING_SEEN.trace_id, False, excluded_share=0.0)]
 
 
 def test_filter_exclusion_a_filter_that_removed_everything_is_still_scored() -> None:

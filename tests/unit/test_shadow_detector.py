@@ -139,7 +139,8 @@ def test_twins_of_a_pair_are_sampled_together() -> None:
 
 
 def test_filter_exclusion_emits_its_decision_for_each_scored_trace() -> None:
-    """A labeled trace with eligible gold gives an ExclusionOutcome; one without gives none."""
+    """A labeled trace with eligible gold gives an ExclusionOutcome with the share of it a
+    relevance filter removed; one without gives none."""
     emitted: list[Event] = []
     detector = FilterExclusionDetector(
         FilterExclusionConfig(), CollectorRegistry(), emit=lambda e: emitted.append(e) or True
@@ -154,8 +155,8 @@ def test_filter_exclusion_emits_its_decision_for_each_scored_trace() -> None:
     detector.observe_event(Label(("d1",), trace_id="aa"))
     detector.observe_event(Label(("d1",), trace_id="bb"))
     assert emitted == [
-        ExclusionOutcome("aa", excluded=False),
-        ExclusionOutcome("bb", excluded=True),
+        ExclusionOutcome("aa", excluded=False, excluded_share=0.0),
+        ExclusionOutcome("bb", excluded=True, excluded_share=1.0),
     ]
 
 
