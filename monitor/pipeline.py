@@ -129,6 +129,7 @@ class Pipeline:
                 self.metrics.late_spans.inc(added.late)
             if added.refused:
                 self.metrics.refused_spans[item.collector].inc(added.refused)
+            self._observe_events(added.events)
             self._process_assembled(added.evicted)
         elif isinstance(item, WholeTrace):
             if self._assembler.claim(item.trace.trace_id):
@@ -137,13 +138,16 @@ class Pipeline:
                 # The same trace id seen again: a replay after a restart or a retry.
                 outcome = "duplicate"
         else:
-            for event in item.events:
-                self.metrics.events.labels(_event_type(event)).inc()
-                for detector in self._detectors:
-                    self._guarded(detector, detector.observe_event, event)
+            self._observe_events(item.events)
         self.metrics.count_record(item.collector, outcome)
         if item.ticket is not None:
             item.ticket.release()
+
+    def _observe_events(self, events: Sequence[Event]) -> None:
+        for event in events:
+            self.metrics.events.labels(_event_type(event)).inc()
+            for detector in self._detectors:
+                self._guarded(detector, detector.observe_event, event)
 
     def _process_assembled(self, traces: list[EmittedTrace]) -> None:
         for emitted in traces:

@@ -105,6 +105,42 @@ def test_results_from_spans_and_logs_count_per_evaluation_outcome_and_request(
         assert for_both == 2 * expected, kind
 
 
+def test_results_in_spans_after_their_request_was_emitted_count_as_events(
+    start_sidecar: Callable[..., Sidecar],
+) -> None:
+    """An evaluator that runs after its request was emitted, exporting an EVALUATOR span with
+    the gen_ai.evaluation.result event and a span with an annotation in the request's trace:
+    the spans are late, each result counts under the request's variant, none unmatched."""
+    sidecar = start_sidecar(detectors={"evaluations": EVALUATIONS,
+                                       "faithfulness": {"enabled": False}},
+                            collectors={"spans": {"assembly": {"grace_s": 0.2}}})  # fmt: skip
+    http = f"http://127.0.0.1:{sidecar.http.port}"  # type: ignore[union-attr]
+    provider, tracer = tracer_for(HttpSpans(endpoint=f"{http}/v1/traces"))
+    request = emit_rag_request(tracer, RagRequest(time.time_ns(), extra={"rag.variant": "canary"}))
+    registry = sidecar.registry
+    wait_until(lambda: sample(registry, "rag_requests_total") == 1)
+
+    judge = tracer.start_span("evaluate", context=_context(request), attributes={
+        "openinference.span.kind": "EVALUATOR"})  # fmt: skip
+    judge.add_event(EVENT, {"gen_ai.evaluation.name": "answer_relevancy",
+                            "gen_ai.evaluation.score.value": 0.9})  # fmt: skip
+    judge.end()
+    tracer.start_span("annotate", context=_context(request),
+                      attributes=_annotation("hallucinated")).end()  # fmt: skip
+    provider.shutdown()
+
+    def results(evaluation: str, outcome: str) -> float:
+        return sample(registry, RESULTS_TOTAL, evaluation=evaluation, outcome=outcome,
+                      variant="canary")  # fmt: skip
+
+    wait_until(lambda: sample(registry, "rag_monitor_late_spans_total") == 2)
+    assert results("answer_relevancy", "pass") == 1
+    assert results("hallucination", "fail") == 1
+    assert sample(registry, UNMATCHED_TOTAL) == 0
+    assert sample(registry, "rag_monitor_events_total", type="evaluation_result") == 2
+    assert sample(registry, "rag_requests_total") == 1
+
+
 class Recorder(InlineDetector):
     """Keeps the evaluation events a sidecar's pipeline hands its detectors."""
 

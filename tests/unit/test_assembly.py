@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from collectors.assembly import SpanAssembler, SpanAssembly
-from collectors.otlp import Span
+from collectors.otlp import Span, SpanEvent
+from collectors.span_evaluations import EVALUATION_EVENT
 from collectors.spans_config import AssemblyConfig, MappingConfig
+from detectors.evaluations.config import EvaluationRule, EvaluationsConfig
+from detectors.evaluations.detector import EvaluationsDetector
+from detectors.evaluations.names import RESULTS_TOTAL, UNMATCHED_TOTAL
 from monitor.intake import SpanBatch, Ticket
 from monitor.pipeline import Pipeline
 from monitor.pipeline_metrics import PipelineMetrics
-from tests.conftest import sample
+from tests.conftest import sample, wait_until
+from tests.unit.test_openinference import rag_spans
+from tests.unit.test_openinference import span as rag_span
 
 
 def span(trace: str, span_id: str, parent: str | None = None) -> Span:
@@ -193,6 +200,33 @@ def test_pipeline_counts_refused_spans_by_collector_and_reason() -> None:
     refused = {"collector": "kafka", "reason": "max_spans_per_trace"}
     assert sample(registry, "rag_monitor_refused_spans_total", **refused) == 15
     assert sample(registry, "rag_monitor_assembled_traces_total", outcome="not_rag") == 1
+
+
+def test_a_late_spans_evaluation_counts_under_its_emitted_request() -> None:
+    """An evaluator span arriving after its request was emitted: its gen_ai.evaluation.result
+    reaches the evaluations detector as an event, under the request's variant (joined by trace
+    id); the span itself still counts as late, and a late span without results only so."""
+    registry = CollectorRegistry()
+    assembly = SpanAssembly(AssemblyConfig(grace_s=0.0), MappingConfig())
+    rules = {"answer_relevancy": EvaluationRule(score_min=0.7)}
+    detector = EvaluationsDetector(EvaluationsConfig(evaluations=rules), registry)
+    pipeline = Pipeline(assembly, [detector], PipelineMetrics(registry))
+    request = rag_spans()
+    request[0] = replace(request[0], attributes={**request[0].attributes, "rag.variant": "canary"})
+    pipeline.start()
+    pipeline.submit(SpanBatch(request, "otlp"))
+    wait_until(lambda: sample(registry, "rag_requests_total") == 1)
+    verdict = {"gen_ai.evaluation.name": "answer_relevancy", "gen_ai.evaluation.score.value": 0.4}
+    judge = replace(rag_span("e9", "a1", "EVALUATOR", 2200, 2300),
+                    events=(SpanEvent(EVALUATION_EVENT, 0, verdict),))  # fmt: skip
+    pipeline.submit(SpanBatch([judge, rag_span("c9", "a1", "CHAIN", 2200, 2300)], "otlp"))
+    pipeline.shutdown()
+    results = {"evaluation": "answer_relevancy", "outcome": "fail", "variant": "canary"}
+    assert sample(registry, RESULTS_TOTAL, **results) == 1
+    assert sample(registry, UNMATCHED_TOTAL) == 0
+    assert sample(registry, "rag_monitor_late_spans_total") == 2
+    assert sample(registry, "rag_monitor_events_total", type="evaluation_result") == 1
+    assert sample(registry, "rag_monitor_assembled_traces_total") == 1  # no second request
 
 
 @pytest.mark.parametrize(

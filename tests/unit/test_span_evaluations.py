@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
+from collectors.assembly import SpanAssembly
 from collectors.openinference import TraceMapper
 from collectors.otlp import Span, SpanEvent
 from collectors.records import rag_trace_from_document
 from collectors.span_evaluations import EVALUATION_EVENT, MAX_RESULTS, evaluation_results
+from collectors.spans_config import AssemblyConfig, MappingConfig
 from monitor.events import InvalidRecord
 from monitor.trace import EvaluationResult
 from tests.unit.test_openinference import TRACE, rag_spans, span
@@ -161,3 +163,37 @@ def test_rag_trace_records_carry_evaluations_and_refuse_nan() -> None:
     record["evaluations"] = [{"name": "faithfulness_llm", "score": math.nan}]
     with pytest.raises(InvalidRecord, match=r"evaluations\.0\.score"):
         rag_trace_from_document(record, "kafka")
+
+
+GENAI_VERDICT = {"gen_ai.evaluation.name": "answer_relevancy",
+                 "gen_ai.evaluation.score.value": 0.9, "gen_ai.response.id": "chatcmpl-1"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("late", "expected"),
+    [
+        (_with(span("e1", "a1", "EVALUATOR", 2200, 2300), GENAI_VERDICT),
+         [("answer_relevancy", 0.9, "chatcmpl-1", "e1")]),
+        (_with(span("e1", "a1", "CHAIN", 2200, 2300), **ANNOTATED), [("judge", 0.5, None, "e1")]),
+        (_evaluator(PHOENIX_SCORES), [("relevance", 1.0, None, "e1"), ("has_citation", 0.0, None, "e1")]),
+        (_evaluator(None, EXCEPTION), [(None, None, None, "e1")]),
+        (span("c9", "a1", "CHAIN", 2200, 2300), []),
+    ],
+    ids=["genai-event", "annotation", "evaluator-output", "evaluator-failed", "no-verdict"],
+)  # fmt: skip
+def test_a_late_spans_verdicts_are_events_joined_by_trace_id(
+    late: Span, expected: list[tuple[Any, ...]]
+) -> None:
+    """A span arriving after its trace was emitted is dropped and counted as late; each
+    verdict it carries is handed on as an event naming the trace (and gen_ai.response.id)."""
+    assembly = SpanAssembly(AssemblyConfig(grace_s=0.0), MappingConfig())
+    assembly.add(rag_spans(), "otlp", now=0.0, ticket=None)
+    [emitted] = assembly.due(now=0.0)
+    assert emitted.trace is not None
+    added = assembly.add([late], "otlp", now=1.0, ticket=None)
+    assert (added.late, added.evicted, assembly.pending) == (1, [], 0)
+    results = [event for event in added.events if isinstance(event, EvaluationResult)]
+    assert len(results) == len(added.events)
+    assert {result.trace_id for result in results} <= {TRACE}
+    got = [(r.name, r.score, r.response_id, str(r.span_id)[:2]) for r in results]
+    assert got == expected
