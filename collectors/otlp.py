@@ -147,6 +147,17 @@ def parse_proto(kind: type[ProtoMessage], body: bytes) -> ProtoMessage:
     return message
 
 
+def parse_json_object(body: bytes) -> dict[str, Any]:
+    """``body`` parsed as OTLP/JSON: an object, else PayloadError (a 400)."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise PayloadError(f"invalid JSON: {exc.msg}") from exc
+    if not isinstance(document, dict):
+        raise PayloadError("OTLP/JSON body must be an object")
+    return document
+
+
 def decode_otlp_proto(body: bytes) -> DecodedSpans:
     """Decode an OTLP ``ExportTraceServiceRequest`` in protobuf encoding."""
     return spans_from_request(parse_proto(ExportTraceServiceRequest, body))
@@ -222,12 +233,7 @@ def _proto_value(value: AnyValue) -> Any:
 
 def decode_otlp_json(body: bytes) -> DecodedSpans:
     """Decode an OTLP/JSON ``ExportTraceServiceRequest`` (hex ids, int64 as strings)."""
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise PayloadError(f"invalid JSON: {exc.msg}") from exc
-    if not isinstance(document, dict):
-        raise PayloadError("OTLP/JSON body must be an object")
+    document = parse_json_object(body)
     decoded = DecodedSpans()
     for resource_spans in _json_list(document, "resourceSpans", "resource_spans"):
         try:

@@ -26,13 +26,13 @@ from prometheus_client import CollectorRegistry, Counter
 
 from collectors.names import LOG_RECORDS_TOTAL
 from collectors.otlp import (
-    PayloadError,
     SpanRejected,
     _json_attributes,
     _json_id,
     _json_list,
     _proto_attributes,
     _proto_id,
+    parse_json_object,
     parse_proto,
 )
 from collectors.span_evaluations import EVALUATION_EVENT, genai_result
@@ -126,12 +126,7 @@ def _proto_record(record: LogRecord, decoded: DecodedLogs) -> None:
 
 def decode_logs_json(body: bytes) -> DecodedLogs:
     """Decode an OTLP/JSON ``ExportLogsServiceRequest`` (hex ids)."""
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise PayloadError(f"invalid JSON: {exc.msg}") from exc
-    if not isinstance(document, dict):
-        raise PayloadError("OTLP/JSON body must be an object")
+    document = parse_json_object(body)
     decoded = DecodedLogs()
     for resource_logs in _json_list(document, "resourceLogs", "resource_logs"):
         for scope_logs in _json_list(resource_logs, "scopeLogs", "scope_logs"):
