@@ -100,15 +100,15 @@ class EvaluationsDetector(InlineDetector):
             "Results whose evaluation name is not configured, counted as evaluation=other.",
             registry=registry,
         )
-        # Recent requests' variants by trace id and by response id, oldest first; and their
-        # root span ids, under which emitted results are parented.
+        # Recent requests' variants by trace id and by response id, oldest first; and, when
+        # emitting, their root span ids (None: unknown), under which verdicts are parented.
         self._variants: OrderedDict[str, str] = OrderedDict()
-        self._roots: OrderedDict[str, str] = OrderedDict()
+        self._roots: OrderedDict[str, str | None] = OrderedDict()
 
     def observe(self, trace: RagTrace) -> None:
         variant = variant_of(trace)
         self._remember(trace.trace_id, variant)
-        if self._emitter is not None and trace.root_span_id:
+        if self._emitter is not None:
             self._roots[trace.trace_id] = trace.root_span_id
             if len(self._roots) > self._config.max_tracked_traces:
                 self._roots.popitem(last=False)
@@ -118,9 +118,14 @@ class EvaluationsDetector(InlineDetector):
             self._count(result, variant)
 
     def observe_event(self, event: Event) -> None:
-        verdicts = JudgeScore | UnscoredAnswer | ExclusionOutcome  # what emit sends on
-        if self._emitter is not None and isinstance(event, verdicts):
-            self._emitter.emit(event, self._roots.get(event.trace_id))
+        # A verdict goes out from the replica that saw its request: with judge_location:
+        # kafka every replica reads every score, and one record per verdict is wanted.
+        if (
+            self._emitter is not None
+            and isinstance(event, JudgeScore | UnscoredAnswer | ExclusionOutcome)
+            and event.trace_id in self._roots
+        ):
+            self._emitter.emit(event, self._roots[event.trace_id])
         if not isinstance(event, EvaluationResult):
             return
         variant = None

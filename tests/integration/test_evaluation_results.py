@@ -20,8 +20,9 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_s
 
 from detectors.evaluations.names import RESULTS_TOTAL, UNMATCHED_TOTAL
 from monitor.detector import InlineDetector
+from monitor.intake import Events
 from monitor.sidecar import Sidecar
-from monitor.trace import EvaluationResult, Event, RagTrace
+from monitor.trace import EvaluationResult, Event, JudgeScore, RagTrace
 from tests.conftest import sample, wait_until
 from tests.fake_openai import Script, fake_openai
 from tests.integration.conftest import post
@@ -196,7 +197,8 @@ def test_verdicts_arrive_at_another_sidecar_as_log_records(
     fake OpenAI server), sends a second sidecar's /v1/logs one gen_ai.evaluation.result per
     verdict, in the request's trace under its root span: faithfulness scored, errored and
     settled (no_context, no_answer as error.type, no score), and each labeled query's
-    retrieval_false_exclusion share and label; the receiver counts them by outcome."""
+    retrieval_false_exclusion share and label; the receiver counts them by outcome. A score
+    of a request the sidecar never saw is not sent."""
     monkeypatch.setenv(KEY_ENV, KEY)
     recorder, roots = Recorder(), RootSpans()
     receiving = start_sidecar(
@@ -226,6 +228,10 @@ def test_verdicts_arrive_at_another_sidecar_as_log_records(
         }  # fmt: skip
         provider.shutdown()
         wait_until(lambda: len(roots.by_trace) == len(REQUESTS))
+        # a score of a request this sidecar never saw (another replica's, judge_location:
+        # kafka) is not sent; it is processed before the labels, so it would come first
+        elsewhere = JudgeScore("f" * 32, 0.9, 0.5)
+        assert judging.pipeline.submit(Events((elsewhere,), "internal"), timeout=5)
         labels = [{"trace_id": trace_ids[name], "gold_doc_ids": gold}
                   for name, gold in LABELS.items()]  # fmt: skip
         assert post(judging, "/v1/labels", orjson.dumps(labels), "application/json")[0] == 200
