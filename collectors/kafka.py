@@ -1,4 +1,8 @@
-"""Kafka collector: a consumer group reading trace, label and feedback topics.
+"""Kafka collector: a consumer group reading trace, label, feedback and logs topics.
+
+The logs topic holds OTLP log exports, as the OpenTelemetry Collector's kafka exporter
+writes them: their ``gen_ai.evaluation.result`` records become evaluation events, as on
+``/v1/logs`` (``collectors/otlp_logs.py``).
 
 At-least-once: a record's offset is committed only after every trace it fed
 has passed the inline detectors (its ``Ticket`` is released), and only as a
@@ -31,7 +35,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
-from prometheus_client import Gauge
+from prometheus_client import CollectorRegistry, Gauge
 
 from collectors.kafka_commits import Commits, RebalanceListener
 from collectors.kafka_config import KafkaConfig, PayloadFormat
@@ -39,6 +43,7 @@ from collectors.kafka_dead_letter import DeadLetters
 from collectors.kafka_group import consumer_settings, in_group
 from collectors.kafka_offsets import OffsetTracker
 from collectors.otlp import PayloadError, decode_otlp_json, decode_otlp_proto
+from collectors.otlp_logs import decode_logs_json, decode_logs_proto
 from collectors.records import parse_rag_trace
 from monitor.events import InvalidRecord, parse_feedback, parse_labels
 from monitor.intake import Consumer, Events, SpanBatch, Ticket, WholeTrace, WorkItem
@@ -79,6 +84,25 @@ def decode_trace_record(value: bytes, payload_format: PayloadFormat) -> tuple[Wo
         reason = decoded.first_error or "no spans"
         raise InvalidRecord(f"every span was rejected: {reason}" if decoded.rejected else reason)
     return SpanBatch(decoded.spans, "kafka"), decoded.rejected
+
+
+def decode_logs_record(value: bytes, registry: CollectorRegistry) -> Events:
+    """Decode one logs-topic record (an ``ExportLogsServiceRequest``) into its evaluation
+    events (without its ticket), counting its log records by kind.
+
+    The encoding is told per record, as ``auto`` does for traces: the Collector's exporter
+    sets it per signal. A record without a log record kept (none at all, or every one
+    rejected) is invalid (it is dead-lettered); one with some kept counts the rejected.
+    """
+    is_json = sniff_format(value) != "otlp_proto"
+    decoded = decode_logs_json(value) if is_json else decode_logs_proto(value)
+    decoded.count(registry, "kafka")
+    if not decoded.results and not decoded.ignored:
+        reason = decoded.first_error or "no log records"
+        raise InvalidRecord(
+            f"every log record was rejected: {reason}" if decoded.rejected else reason
+        )
+    return Events(decoded.results, "kafka")
 
 
 def sniff_format(value: bytes) -> PayloadFormat:
@@ -205,7 +229,8 @@ class KafkaCollector:
 
     def _connect(self) -> KafkaConsumer:
         topics = self._config.topics
-        subscribed = [*topics.traces, *(t for t in (topics.labels, topics.feedback) if t)]
+        optional = (topics.labels, topics.feedback, topics.logs)
+        subscribed = [*topics.traces, *(topic for topic in optional if topic)]
         # kafka-python 3 starts a network client (an IO thread and sockets) before
         # its first bootstrap and leaks it when that fails: close it ourselves, or
         # every retry while the broker is down costs a thread.
@@ -304,6 +329,8 @@ class KafkaCollector:
                 item: WorkItem = Events(parse_labels(value), "kafka")
             elif record.topic == topics.feedback:
                 item = Events(parse_feedback(value), "kafka")
+            elif record.topic == topics.logs:
+                item = decode_logs_record(value, self._pipeline.metrics.registry)
             else:
                 item, rejected = decode_trace_record(value, self._config.format)
         except (InvalidRecord, PayloadError) as exc:

@@ -22,6 +22,12 @@ class KafkaTopics(Section):
     )
     labels: str | None = Field("rag-labels", description="topic of gold-document labels")
     feedback: str | None = Field("rag-feedback", description="topic of user feedback events")
+    logs: str | None = Field(
+        None,
+        description="topic of OTLP log exports (ExportLogsServiceRequest, otlp_proto or "
+        "otlp_json, told apart per record): gen_ai.evaluation.result records become "
+        "evaluation events (null: not read)",
+    )
 
 
 PayloadFormat = Literal["auto", "otlp_proto", "otlp_json", "rag_trace_json"]

@@ -4,6 +4,7 @@ kill -9 and restart, a broker that is down, and SIGTERM."""
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import random
@@ -23,11 +24,17 @@ from typing import Any
 
 import orjson
 import pytest
+from google.protobuf import json_format
 from kafka import TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
+from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
 
 from collectors.kafka_dead_letter import (
     REASON_HEADER,
@@ -460,6 +467,99 @@ def test_labels_and_feedback_topics_become_events_and_malformed_ones_are_dead_le
     assert all(header(r, REASON_HEADER) for r in dead)
     committed = {TopicPartition(labels, 0): 7, TopicPartition(feedback, 0): 6}
     wait_until(lambda: broker.committed(settings["group_id"]) == committed)
+
+
+# --- evaluation results as OTLP logs ---------------------------------------------------------
+
+EVALUATION_EVENT = "gen_ai.evaluation.result"
+
+
+def sdk_logs(*records: tuple[str | None, float | None]) -> ExportLogsServiceRequest:
+    """What the OpenTelemetry SDK's OTLP log exporters send: per (trace id, score) an
+    answer_relevancy result in that trace; a trace id of None: a plain log line."""
+    exporter = InMemoryLogRecordExporter()
+    provider = LoggerProvider()
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    logger = provider.get_logger("evaluator")
+    for trace, score in records:
+        if trace is None:
+            logger.emit(body="GET /health 200")
+            continue
+        parent = SpanContext(int(trace, 16), 0x1234, is_remote=True,
+                             trace_flags=TraceFlags(TraceFlags.SAMPLED))  # fmt: skip
+        logger.emit(event_name=EVALUATION_EVENT,
+                    context=set_span_in_context(NonRecordingSpan(parent)),
+                    attributes={"gen_ai.evaluation.name": "answer_relevancy",
+                                "gen_ai.evaluation.score.value": score})  # fmt: skip
+    provider.shutdown()
+    return encode_logs(exporter.get_finished_logs())
+
+
+def logs_as_json(request: ExportLogsServiceRequest) -> bytes:
+    """OTLP/JSON as the spec writes it (the Collector's otlp_json encoding): hex ids."""
+    document = json_format.MessageToDict(request)
+    for resource in document["resourceLogs"]:
+        for scope in resource["scopeLogs"]:
+            for record in scope["logRecords"]:
+                for key in ("traceId", "spanId"):
+                    if key in record:
+                        record[key] = base64.b64decode(record[key]).hex()
+    return orjson.dumps(document)
+
+
+@pytest.mark.integration
+def test_a_logs_topic_of_evaluation_results_becomes_evaluation_events(
+    broker: Broker, start_sidecar: StartSidecar
+) -> None:
+    """OTLP log exports on the logs topic, as the Collector's kafka exporter writes them
+    (otlp_proto and otlp_json, serialized by the SDK): each gen_ai.evaluation.result counts
+    under its request's variant, joined by trace id; plain lines are counted and ignored;
+    records with nothing to keep are dead-lettered; every offset is committed."""
+    traces, logs = (broker.create_topic(unique(name)) for name in ("traces", "logs"))
+    settings = kafka_settings(broker.bootstrap, [traces])
+    settings["topics"]["logs"] = logs
+    sidecar = start_sidecar(
+        collectors={"kafka": settings},
+        detectors={"evaluations": {"evaluations": {"answer_relevancy": {"score_min": 0.7}}},
+                   "faithfulness": {"enabled": False}},
+    )  # fmt: skip
+    registry = sidecar.registry
+    exporter = MemoryExporter()
+    _, tracer = tracer_for(exporter)
+    request = emit_rag_request(tracer, RagRequest(time.time_ns(), extra={"rag.variant": "canary"}))
+    broker.produce(traces, [encode_spans(exporter.spans).SerializeToString()])
+    wait_until(lambda: sample(registry, "rag_requests_total", source="kafka") == 1)
+
+    unknown = trace_id()
+    rejected = {"eventName": EVALUATION_EVENT, "traceId": "xyz"}  # no valid trace id
+    every_record_rejected = {"resourceLogs": [{"scopeLogs": [{"logRecords": [rejected]}]}]}
+    bad = [b"\xff\x00", orjson.dumps(every_record_rejected), rag_trace()]
+    placed = broker.produce(logs, [
+        sdk_logs((request, 0.9), (request, 0.3), (unknown, 0.8), (None, None)).SerializeToString(),
+        logs_as_json(sdk_logs((request, 0.2))),
+        *bad,
+    ])  # fmt: skip
+    wait_until(lambda: broker.committed(settings["group_id"]) == {
+        TopicPartition(traces, 0): 1, **ends(logs, placed)})  # fmt: skip
+
+    def results(outcome: str, variant: str) -> float:
+        return sample(registry, "rag_evaluation_results_total", evaluation="answer_relevancy",
+                      outcome=outcome, variant=variant)  # fmt: skip
+
+    assert (results("pass", "canary"), results("fail", "canary")) == (1, 2)
+    assert (results("pass", "production"), results("fail", "production")) == (1, 0)
+    assert sample(registry, "rag_evaluation_unmatched_total") == 1
+    for kind, expected in (("evaluation", 4), ("ignored", 1), ("rejected", 1)):
+        counted = sample(registry, "rag_monitor_log_records_total", collector="kafka", kind=kind)
+        assert counted == expected, kind
+    records = {o: sample(registry, "rag_monitor_records_total", collector="kafka", outcome=o)
+               for o in ("ok", "dead_lettered")}  # fmt: skip
+    assert records == {"ok": 3, "dead_lettered": len(bad)}
+    dead = broker.read(settings["dead_letter_topic"])
+    assert sorted(
+        (header(r, SOURCE_TOPIC_HEADER), header(r, SOURCE_OFFSET_HEADER)) for r in dead
+    ) == [(logs, str(offset)) for offset in (2, 3, 4)]
+    assert all(header(r, REASON_HEADER) for r in dead)
 
 
 # --- consumer group, crash, broker down, SIGTERM ----------------------------------------------

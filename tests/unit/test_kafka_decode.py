@@ -1,13 +1,21 @@
-"""Kafka trace records: telling the payload format by the first bytes, and decoding."""
+"""Kafka records: telling the payload format by the first bytes, and decoding trace records
+and logs records (gen_ai.evaluation.result records as evaluation events)."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from prometheus_client import CollectorRegistry
 
-from collectors.kafka import decode_trace_record, sniff_format
+from collectors.kafka import decode_logs_record, decode_trace_record, sniff_format
+from collectors.names import LOG_RECORDS_TOTAL
+from collectors.otlp import PayloadError
 from monitor.events import InvalidRecord
 from monitor.intake import SpanBatch, WholeTrace
+from monitor.trace import EvaluationResult
+from tests.conftest import sample
+from tests.unit.test_otlp_logs import SPAN, logs_request
 
 TRACE_ID = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
 
@@ -69,3 +77,63 @@ def test_a_record_whose_spans_are_all_refused_is_invalid() -> None:
     request.resource_spans[0].scope_spans[0].spans[0].start_time_unix_nano = 0
     with pytest.raises(InvalidRecord, match="every span was rejected"):
         decode_trace_record(request.SerializeToString(), "otlp_proto")
+
+
+# --- logs records -------------------------------------------------------------------------
+
+EVALUATION = {"eventName": "gen_ai.evaluation.result", "traceId": TRACE_ID.hex(),
+              "attributes": [{"key": "gen_ai.evaluation.name",
+                              "value": {"stringValue": "hallucination"}}]}  # fmt: skip
+
+
+def _json_logs(*records: object) -> bytes:
+    return orjson.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": list(records)}]}]})
+
+
+@pytest.mark.parametrize("encoding", ["otlp_proto", "otlp_json"])
+def test_a_logs_record_becomes_evaluation_events_in_either_encoding(encoding: str) -> None:
+    """Protobuf or OTLP/JSON, told apart per record: the evaluation records are events from
+    Kafka; the plain line is counted as ignored, the bad trace id as rejected."""
+    registry = CollectorRegistry()
+    if encoding == "otlp_proto":
+        value = logs_request()
+    else:
+        value = _json_logs({**EVALUATION, "spanId": SPAN.hex()}, {"body": {"stringValue": "x"}},
+                           {**EVALUATION, "traceId": "xyz"})  # fmt: skip
+    item = decode_logs_record(value, registry)
+    assert (item.collector, item.ticket) == ("kafka", None)
+    assert all(isinstance(e, EvaluationResult) and e.trace_id == TRACE_ID.hex()
+               for e in item.events)  # fmt: skip
+    evaluations = len(item.events)
+    assert evaluations == (2 if encoding == "otlp_proto" else 1)
+    for kind, expected in (("evaluation", evaluations), ("ignored", 1), ("rejected", 1)):
+        assert sample(registry, LOG_RECORDS_TOTAL, collector="kafka", kind=kind) == expected
+
+
+def test_a_logs_record_of_other_log_lines_is_kept_without_events() -> None:
+    """A record of plain log lines is valid (its offset is committed): no event, all ignored."""
+    registry = CollectorRegistry()
+    item = decode_logs_record(_json_logs({"body": {"stringValue": "GET /health 200"}}), registry)
+    assert list(item.events) == []
+    assert sample(registry, LOG_RECORDS_TOTAL, collector="kafka", kind="ignored") == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "reason"),
+    [
+        (_json_logs({**EVALUATION, "traceId": "xyz"}), InvalidRecord, "every log record was rejected"),
+        (_json_logs(), InvalidRecord, "no log records"),
+        (b'{"schema": "rag-trace/1", "trace_id": "ab"}', InvalidRecord, "no log records"),
+        (b"", InvalidRecord, "no log records"),
+        (b"{broken", PayloadError, "invalid JSON"),
+        (b"\xff\x00", PayloadError, "undecodable protobuf"),
+    ],
+    ids=["every-record-rejected", "no-records", "a-rag-trace-record", "empty", "broken-json",
+         "not-protobuf"],
+)  # fmt: skip
+def test_a_logs_record_without_a_record_kept_is_refused(
+    value: bytes, error: type[Exception], reason: str
+) -> None:
+    """Nothing kept, or nothing decodable: the record is refused with a reason (dead-lettered)."""
+    with pytest.raises(error, match=reason):
+        decode_logs_record(value, CollectorRegistry())
