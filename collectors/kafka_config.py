@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from monitor.kafka_connection import KafkaConnection
 from monitor.section import Section
@@ -28,6 +28,17 @@ class KafkaTopics(Section):
         "otlp_json, told apart per record): gen_ai.evaluation.result records become "
         "evaluation events (null: not read)",
     )
+
+    @model_validator(mode="after")
+    def _one_kind_per_topic(self) -> KafkaTopics:
+        # A record is decoded by its topic's kind: a topic named twice would be read as the
+        # first kind only, and the other kind's records dead-lettered or dropped.
+        named = [*self.traces, *(t for t in (self.labels, self.feedback, self.logs) if t)]
+        repeated = sorted({topic for topic in named if named.count(topic) > 1})
+        if repeated:
+            raise ValueError("each topic carries one kind of record; named more than once: "
+                             + ", ".join(repeated))  # fmt: skip
+        return self
 
 
 PayloadFormat = Literal["auto", "otlp_proto", "otlp_json", "rag_trace_json"]

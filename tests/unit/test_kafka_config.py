@@ -81,6 +81,11 @@ def load_kafka(tmp_path: Path, kafka: dict[str, Any]) -> Any:
             "rag-monitor commits offsets itself, after processing",
         ),
         (
+            {"topics": {"traces": ["otlp_spans"], "logs": "otlp_spans"}},
+            "collectors.kafka.topics: Value error, each topic carries one kind of record; "
+            "named more than once: otlp_spans",
+        ),
+        (
             {"security": {**SASL, "heartbeat_interval_ms": 1000, "max_poll_records": 10}},
             "collectors.kafka.security: Value error, heartbeat_interval_ms is a consumer setting: "
             "move it under collectors.kafka.consumer; max_poll_records is a consumer setting: "
@@ -90,7 +95,7 @@ def load_kafka(tmp_path: Path, kafka: dict[str, Any]) -> Any:
     ids=[
         "tuning-under-security", "security-under-consumer", "unknown-consumer",
         "unknown-security", "owned-group", "owned-instance-id", "bad-instance-id",
-        "owned-commit", "several-no-password-echoed",
+        "owned-commit", "logs-topic-is-a-traces-topic", "several-no-password-echoed",
     ],
 )  # fmt: skip
 def test_misplaced_or_unknown_settings_are_refused_naming_the_key(
