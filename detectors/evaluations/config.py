@@ -10,11 +10,13 @@ of names cannot grow the series.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from monitor.section import Section
+from monitor.trace import EvaluationResult
 from monitor.variants import allow_list
 
 MAX_EVALUATIONS = 64  # each multiplies the evaluation series by outcomes and variants
@@ -50,6 +52,28 @@ class EvaluationRule(Section):
         "bound rests on the evaluated count, so a sample's is as wide as its size makes it; "
         "the rate sets the dashboard's expected count and the backtest's simulated sample.",
     )
+    compare_with_review: bool = Field(
+        False,
+        description="Count this evaluation's agreement with human review "
+        "(rag_review_evaluation_agreement_total, rag-monitor report review): set it only "
+        "for evaluations that judge what reviewers judge, whether the answer is supported "
+        "by its contexts (faithfulness, groundedness); pass is compared with 'yes', fail "
+        "with 'no' or 'partly'.",
+    )
+
+    def passes(self, result: EvaluationResult) -> bool | None:
+        """Whether ``result`` passes this rule; None when it cannot be judged by it (the
+        producer's error, or no finite score or label where the rule needs one)."""
+        if result.error_type:
+            return None
+        if self.labels is not None:
+            return None if result.label is None else result.label in self.labels
+        if result.score is None or not math.isfinite(result.score):
+            return None
+        if self.score_min is not None:
+            return result.score >= self.score_min
+        assert self.score_max is not None  # exactly one pass rule (the validator)
+        return result.score <= self.score_max
 
     @model_validator(mode="after")
     def _one_pass_rule(self) -> EvaluationRule:

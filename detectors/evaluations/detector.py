@@ -44,18 +44,10 @@ SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 2, 3, 4, 5, 7
 
 def outcome(result: EvaluationResult, rule: EvaluationRule | None) -> Outcome:
     """Whether ``result`` passes ``rule``; error when it cannot be judged by it."""
-    if result.error_type or not result.name or rule is None:
+    passes = None if not result.name or rule is None else rule.passes(result)
+    if passes is None:
         return "error"
-    if rule.labels is not None:
-        if result.label is None:
-            return "error"
-        return "pass" if result.label in rule.labels else "fail"
-    if result.score is None or not math.isfinite(result.score):
-        return "error"
-    if rule.score_min is not None:
-        return "pass" if result.score >= rule.score_min else "fail"
-    assert rule.score_max is not None  # the config holds exactly one pass rule
-    return "pass" if result.score <= rule.score_max else "fail"
+    return "pass" if passes else "fail"
 
 
 class EvaluationsDetector(InlineDetector):

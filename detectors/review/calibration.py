@@ -14,6 +14,13 @@ an unsupported claim, which is what the judge is there to catch); ``no_claim`` h
 nothing to support and leaves the pair out (counted). "Unsupported" is the positive
 class of precision and recall.
 
+Evaluation agreement, per evaluation set ``compare_with_review`` in detectors.evaluations:
+a reviewed item carrying its result (judged by the evaluation's pass rule when the item
+was sampled) gives one pair; a pass is "supported", a fail "unsupported", and the human
+side is read as for a judge. Only such evaluations are compared: the reviewer answers
+whether the answer is supported by its contexts, which says nothing of, say, relevance
+or tone.
+
 Implicit signals: per feedback kind (plus the ``follow_up`` stratum, the follow-up
 pattern the sampler matched), the 2x2 table of kind present or absent against the
 human "not supported or incomplete" (``no``, ``partly``, or reason ``incomplete``),
@@ -86,21 +93,16 @@ class BestThreshold:
     n: int
 
 
-@dataclass(frozen=True, slots=True)
-class JudgeCalibration:
-    """One judge against reviewers on the reviewed items it scored."""
+class AgreementMatrix:
+    """Agreement, and precision and recall of "unsupported", from a matrix of (judge,
+    human) labels, each supported or unsupported, to the number of pairs."""
 
-    matrix: dict[tuple[str, str], int]  # (judge, human) -> pairs
+    __slots__ = ()
+    matrix: dict[tuple[str, str], int]
     n: int  # pairs in the matrix
-    no_claim: int  # scored items left out: the reviewer found no claim
-    partly: int  # pairs counted as unsupported because the reviewer said "partly"
-    unscored: int  # reviewed items no judge scored
-    thresholds: tuple[float, ...]  # the thresholds the judge ran with, ascending
-    best: BestThreshold | None
-    judge: str = DEFAULT_JUDGE
 
-    def count(self, hhem: str, human: str) -> int:
-        return self.matrix.get((hhem, human), 0)
+    def count(self, judge: str, human: str) -> int:
+        return self.matrix.get((judge, human), 0)
 
     @property
     def agreement(self) -> float | None:
@@ -121,6 +123,32 @@ class JudgeCalibration:
         missed = self.count(SUPPORTED_LABEL, UNSUPPORTED_LABEL)
         hit = self.count(UNSUPPORTED_LABEL, UNSUPPORTED_LABEL)
         return hit / (hit + missed) if hit + missed else None
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeCalibration(AgreementMatrix):
+    """One judge against reviewers on the reviewed items it scored."""
+
+    matrix: dict[tuple[str, str], int]  # (judge, human) -> pairs
+    n: int  # pairs in the matrix
+    no_claim: int  # scored items left out: the reviewer found no claim
+    partly: int  # pairs counted as unsupported because the reviewer said "partly"
+    unscored: int  # reviewed items no judge scored
+    thresholds: tuple[float, ...]  # the thresholds the judge ran with, ascending
+    best: BestThreshold | None
+    judge: str = DEFAULT_JUDGE
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluationAgreement(AgreementMatrix):
+    """One evaluation compared with review against reviewers: a pass is "supported", a
+    fail "unsupported", on the reviewed items that carry its result."""
+
+    evaluation: str
+    matrix: dict[tuple[str, str], int]  # (evaluation, human) -> pairs
+    n: int
+    no_claim: int  # items with a result left out: the reviewer found no claim
+    partly: int  # pairs counted as unsupported because the reviewer said "partly"
 
 
 def best_threshold(
@@ -204,6 +232,29 @@ def judge_calibration(
     return JudgeCalibration(
         matrix, len(scores), no_claim, partly, unscored, tuple(sorted(thresholds)), best, judge
     )
+
+
+def evaluation_agreements(reviewed: Reviewed) -> list[EvaluationAgreement]:
+    """One agreement per evaluation whose result a reviewed item carries, by name."""
+    cells: dict[str, dict[tuple[str, str], int]] = {}
+    no_claim: dict[str, int] = {}
+    partly: dict[str, int] = {}
+    for item, verdict in reviewed:
+        human = human_supported(verdict)
+        for name, outcome in item.evaluations:
+            matrix = cells.setdefault(name, {})
+            if human is None:
+                no_claim[name] = no_claim.get(name, 0) + 1
+                continue
+            labels = (_label(outcome == "pass"), _label(human))
+            matrix[labels] = matrix.get(labels, 0) + 1
+            partly[name] = partly.get(name, 0) + (verdict.supported == "partly")
+    return [
+        EvaluationAgreement(
+            name, matrix, sum(matrix.values()), no_claim.get(name, 0), partly.get(name, 0)
+        )
+        for name, matrix in sorted(cells.items())
+    ]
 
 
 def human_flagged(verdict: Verdict) -> bool:

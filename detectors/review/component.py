@@ -14,7 +14,10 @@ from monitor.detector import Detector
 def _build(config: ReviewConfig, context: BuildContext) -> Detector:
     from detectors.review.detector import ReviewDetector
 
-    # The Kafka connection and the bearer token are shared settings, handed over by the core.
+    # The Kafka connection and the bearer token are shared settings, handed over by the core;
+    # the pass rules of the evaluations compared with review come from their own section.
+    evaluations = getattr(getattr(context.root.detectors, "evaluations", None), "evaluations", {})
+    rules = {name: rule.passes for name, rule in evaluations.items() if rule.compare_with_review}
     return ReviewDetector(
         config,
         context.registry,
@@ -23,6 +26,7 @@ def _build(config: ReviewConfig, context: BuildContext) -> Detector:
         emit=context.emit,
         token=context.token,
         state_max_bytes=context.root.service.state_max_bytes,
+        rules=rules,
     )
 
 

@@ -4,8 +4,10 @@
 goes to a supervised worker that writes the store and publishes to Kafka, so the
 pipeline never waits on SQLite or a broker. The worker's tick also releases the weekly
 reading picks and enforces ``retention_days``. A verdict from the page counts judge
-agreement, sends the reviewed documents to the false-exclusion detector as a ``Label``
-(through the core's event hook), and is published for the other replicas.
+agreement and the agreement of the evaluations compared with review (on this replica
+only: the counters are summed over replicas), sends the reviewed documents to the
+false-exclusion detector as a ``Label`` (through the core's event hook), and is
+published for the other replicas.
 """
 
 from __future__ import annotations
@@ -21,12 +23,20 @@ from prometheus_client import CollectorRegistry
 from detectors.review.config import ReviewConfig
 from detectors.review.metrics import ReviewMetrics
 from detectors.review.model import ReviewItem, Verdict
-from detectors.review.sampler import Action, AttachFeedback, AttachScore, Enqueue, ReviewSampler
+from detectors.review.sampler import (
+    Action,
+    AttachEvaluation,
+    AttachFeedback,
+    AttachScore,
+    Enqueue,
+    PassRules,
+    ReviewSampler,
+)
 from detectors.review.store import ReviewStore
 from monitor.kafka_connection import KafkaConnection
 from monitor.state import DEFAULT_STATE_MAX_BYTES, shared_state_dir
 from monitor.trace import Event, Label, RagTrace
-from monitor.variants import PRODUCTION, variant_of
+from monitor.variants import PRODUCTION, bounded_label, variant_of
 from monitor.worker import Worker
 
 if TYPE_CHECKING:
@@ -60,6 +70,7 @@ class ReviewDetector:
         token: str | None = None,
         clock: Callable[[], float] = time.time,
         state_max_bytes: int = DEFAULT_STATE_MAX_BYTES,
+        rules: PassRules | None = None,
     ) -> None:
         self.config = config
         self.registry = registry
@@ -71,7 +82,10 @@ class ReviewDetector:
         self._emit = emit
         self._token = token
         self._clock = clock
-        self.sampler = ReviewSampler(config, self.metrics, self._offer, clock)
+        self.sampler = ReviewSampler(config, self.metrics, self._offer, clock, rules)
+        # The evaluation label's allow-list: an item from a replica configured otherwise
+        # may carry a name this one does not compare; it counts as other.
+        self._compared = frozenset(rules or ())
         self.store: ReviewStore | None = None
         self.page: ReviewPage | None = None
         self._publisher: ReviewPublisher | None = None
@@ -151,6 +165,9 @@ class ReviewDetector:
         if item.hhem_score is not None and item.hhem_threshold is not None:
             hhem = "supported" if item.hhem_score >= item.hhem_threshold else "unsupported"
             self.metrics.judge_agreement.labels(hhem, verdict.supported).inc()
+        for name, outcome in item.evaluations:
+            evaluation = bounded_label(name, self._compared)
+            self.metrics.evaluation_agreement.labels(evaluation, outcome, verdict.supported).inc()
         gold = tuple(dict.fromkeys((*verdict.relevant_doc_ids, *verdict.missing_doc_ids)))
         if gold:
             self._emit(Label(gold_doc_ids=gold, trace_id=item.trace_id))
@@ -176,6 +193,8 @@ class ReviewDetector:
                 store.attach_score(work.trace_id, work.score, work.threshold, work.judge)
             elif isinstance(work, AttachFeedback):
                 store.attach_feedback(work.trace_id, work.kind)
+            elif isinstance(work, AttachEvaluation):
+                store.attach_evaluation(work.trace_id, work.name, work.outcome)
             if self._publisher is not None:
                 queued = store.get(
                     work.item.trace_id if isinstance(work, Enqueue) else work.trace_id

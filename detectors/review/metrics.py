@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from detectors.review.names import (
+    EVALUATION_AGREEMENT_TOTAL,
     JUDGE_AGREEMENT_TOTAL,
     KAFKA_RECORDS_TOTAL,
     QUEUE_ITEMS,
@@ -16,7 +17,7 @@ from monitor.missing import MissingInputs
 
 
 class ReviewMetrics:
-    """Sampled and skipped items per stratum, judge agreement, the queue's size."""
+    """Sampled and skipped items per stratum, judge and evaluation agreement, the queue's size."""
 
     def __init__(self, registry: CollectorRegistry, *, enabled: bool = True) -> None:
         # A trace without a query or an answer gives a reviewer nothing to judge.
@@ -40,6 +41,14 @@ class ReviewMetrics:
             "Reviewed items HHEM scored, by HHEM's verdict at its threshold (supported, "
             "unsupported) and the reviewer's answer-supported value (yes, partly, no, no_claim).",
             ["hhem", "human"],
+            registry=registry,
+        )
+        self.evaluation_agreement = Counter(
+            EVALUATION_AGREEMENT_TOTAL,
+            "Reviewed items with a result of an evaluation set compare_with_review, by "
+            "evaluation (a configured name, or other), its outcome by the pass rule (pass, "
+            "fail) and the reviewer's answer-supported value (yes, partly, no, no_claim).",
+            ["evaluation", "outcome", "human"],
             registry=registry,
         )
         self.queue_items = Gauge(

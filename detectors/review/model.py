@@ -7,7 +7,7 @@ log line or a metric label.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
 Stratum = Literal["random", "low_faithfulness", "thumbs_down", "follow_up", "weekly_reading"]
@@ -16,6 +16,12 @@ Supported = Literal["yes", "partly", "no", "no_claim"]
 SUPPORTED: tuple[Supported, ...] = get_args(Supported)
 Reason = Literal["wrong", "incomplete", "off_topic", "harmful", "slow"]
 REASONS: tuple[Reason, ...] = get_args(Reason)
+# An evaluation's result on an item, by the pass rule of detectors.evaluations.
+EvaluationOutcome = Literal["pass", "fail"]
+EVALUATION_OUTCOMES: tuple[EvaluationOutcome, ...] = get_args(EvaluationOutcome)
+# Evaluations held per item at most (the config allows 64 names; a record from Kafka may
+# come from a replica configured otherwise).
+MAX_ITEM_EVALUATIONS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +35,8 @@ class ReviewContext:
 
 @dataclass(frozen=True, slots=True)
 class ReviewItem:
-    """One sampled answer. ``strata``, ``hhem_score`` and ``feedback`` are never shown to
-    the reviewer (the review is blind); they feed the report."""
+    """One sampled answer. ``strata``, ``hhem_score``, ``evaluations`` and ``feedback`` are
+    never shown to the reviewer (the review is blind); they feed the report."""
 
     trace_id: str
     time: float  # Unix seconds of the request
@@ -44,6 +50,9 @@ class ReviewItem:
     hhem_threshold: float | None = None
     judge: str | None = None  # the judge that gave the score; None: stored before names (HHEM)
     feedback: tuple[str, ...] = ()  # feedback kinds seen for this trace, e.g. "regenerate"
+    # (evaluation name, outcome) of the results of evaluations set compare_with_review,
+    # judged by their pass rules on the replica that saw them; one per name.
+    evaluations: tuple[tuple[str, EvaluationOutcome], ...] = ()
     queued_at: float = 0.0  # Unix seconds
 
 
@@ -67,3 +76,13 @@ class Progress:
 
     queued: dict[str, int] = field(default_factory=dict)
     reviewed: dict[str, int] = field(default_factory=dict)
+
+
+def with_evaluation(item: ReviewItem, name: str, outcome: EvaluationOutcome) -> ReviewItem:
+    """``item`` with ``name``'s outcome set (a later result replaces an earlier one; a new
+    name beyond ``MAX_ITEM_EVALUATIONS`` is left out)."""
+    held = dict(item.evaluations)
+    if name not in held and len(held) >= MAX_ITEM_EVALUATIONS:
+        return item
+    held[name] = outcome
+    return replace(item, evaluations=tuple(held.items()))

@@ -4,7 +4,7 @@ The export writes one probe per reviewed item whose verdict names gold documents
 the grammar ``detectors.filter_exclusion.golden_set`` reads (``probe_id`` and
 ``gold_doc_ids``; the other keys are for people and replay tools). The report shows
 counts and statistics only: no query, answer, context or note appears in it, and every
-string it does show is escaped.
+string it does show (judge and evaluation names among them) is escaped.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from detectors.review.calibration import (
     DEFAULT_JUDGE,
     SUPPORTED_LABEL,
     UNSUPPORTED_LABEL,
+    EvaluationAgreement,
     JudgeCalibration,
     Reviewed,
     SignalAssociation,
+    evaluation_agreements,
     judge_calibrations,
     signal_associations,
 )
@@ -109,6 +111,7 @@ class ReviewReport:
     reasons: dict[str, int]  # reason category -> items
     progress: Progress | None
     judges: list[JudgeCalibration]  # one per judge that scored a reviewed item, by name
+    evaluations: list[EvaluationAgreement]  # one per evaluation compared with review, by name
     signals: list[SignalAssociation]
     golden: int  # reviewed items whose verdict names gold documents
 
@@ -137,6 +140,7 @@ def build_report(
         reasons=reasons,
         progress=progress,
         judges=judge_calibrations(reviewed),
+        evaluations=evaluation_agreements(reviewed),
         signals=signal_associations(reviewed),
         golden=golden,
     )
@@ -176,6 +180,44 @@ def _judge_lines(judge: JudgeCalibration) -> list[str]:
             f"[{best.low:g}, {best.high:g}] from {best.resamples} resamples of n = {best.n}."
         )
     return lines
+
+
+EVALUATION_HEAD = [
+    "evaluation",
+    "n",
+    "pass, human supported",
+    "pass, human unsupported",
+    "fail, human supported",
+    "fail, human unsupported",
+    "agreement",
+    "precision of fail",
+    "recall of fail",
+    "no claim (left out)",
+]
+EVALUATION_NOTE = (
+    "Evaluations set compare_with_review in detectors.evaluations, on the reviewed items "
+    "that carry their result (pass or fail by the evaluation's rule when the item was "
+    "sampled). A pass is compared with the reviewer's 'yes'; a fail with 'no' or 'partly' "
+    "('partly' counts as unsupported, as for a judge); 'no claim' is left out. Precision "
+    "of 'fail': the share of the evaluation's fails reviewers called unsupported; recall: "
+    "the share of the reviewers' unsupported answers it failed."
+)
+
+
+def _evaluation_row(evaluation: EvaluationAgreement) -> list[str]:
+    cells = [
+        evaluation.count(judge, human)
+        for judge in (SUPPORTED_LABEL, UNSUPPORTED_LABEL)
+        for human in (SUPPORTED_LABEL, UNSUPPORTED_LABEL)
+    ]
+    shares = (evaluation.agreement, evaluation.precision, evaluation.recall)
+    return [
+        evaluation.evaluation,
+        str(evaluation.n),
+        *(str(c) for c in cells),
+        *(_share(v) for v in shares),
+        str(evaluation.no_claim),
+    ]
 
 
 def _signal_row(signal: SignalAssociation) -> list[str]:
@@ -244,6 +286,12 @@ def _tables(report: ReviewReport) -> list[Table]:
         ("Reviewers' verdicts", ["verdict", "items"], verdicts, [golden]),
         *(_judge_table(judge) for judge in report.judges),
         (
+            "Evaluation agreement with reviewers",
+            EVALUATION_HEAD,
+            [_evaluation_row(e) for e in report.evaluations],
+            [EVALUATION_NOTE],
+        ),
+        (
             "Implicit signals against review",
             SIGNAL_HEAD,
             [_signal_row(s) for s in report.signals],
@@ -267,7 +315,11 @@ def render_markdown(report: ReviewReport) -> str:
 def summary(report: ReviewReport) -> str:
     """One line for the terminal."""
     judges = "; ".join(_judge_summary(judge) for judge in report.judges)
-    return f"{report.reviewed} reviewed; {judges}; {len(report.signals)} implicit signals"
+    evaluations = "".join(
+        f"; {e.evaluation} agreement {_share(e.agreement)} on {e.n}" for e in report.evaluations
+    )
+    signals = f"{len(report.signals)} implicit signals"
+    return f"{report.reviewed} reviewed; {judges}{evaluations}; {signals}"
 
 
 def _judge_summary(judge: JudgeCalibration) -> str:

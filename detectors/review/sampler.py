@@ -13,6 +13,10 @@ would have nothing to judge) are held in a bounded buffer; evidence for a trace 
 it is counted ``expired``. Every stratum but weekly_reading is bounded per hour. What is
 taken goes to ``sink`` (the detector's worker: the store, Kafka) as an action; ``sink``
 never waits.
+
+An item also carries the outcomes of the evaluations compared with review (``rules``:
+``detectors.evaluations`` entries with ``compare_with_review``): results inside the
+trace, and results sent later naming the trace id, while the trace is held or queued here.
 """
 
 from __future__ import annotations
@@ -22,16 +26,24 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from detectors.review.config import ReviewConfig
 from detectors.review.metrics import ReviewMetrics
-from detectors.review.model import ReviewContext, ReviewItem, Stratum
+from detectors.review.model import (
+    EvaluationOutcome,
+    ReviewContext,
+    ReviewItem,
+    Stratum,
+    with_evaluation,
+)
 from monitor.sampler import trace_fraction
-from monitor.trace import Event, Feedback, JudgeScore, RagTrace
+from monitor.trace import EvaluationResult, Event, Feedback, JudgeScore, RagTrace
 
+# Per evaluation compared with review: its pass rule (True: pass; None: not judged).
+PassRules = Mapping[str, Callable[[EvaluationResult], bool | None]]
 HOUR_S = 3600.0
 WEEK_S = 7 * 24 * HOUR_S
 HOURS_PER_WEEK = 168
@@ -63,14 +75,34 @@ class AttachFeedback:
     kind: str
 
 
-Action = Enqueue | AttachScore | AttachFeedback
+@dataclass(frozen=True, slots=True)
+class AttachEvaluation:
+    """An evaluation's outcome for a queued item."""
+
+    trace_id: str
+    name: str
+    outcome: EvaluationOutcome
 
 
-def item_of(trace: RagTrace) -> ReviewItem | None:
-    """The review item of a trace; None when it has no query or no answer to review."""
+Action = Enqueue | AttachScore | AttachFeedback | AttachEvaluation
+
+
+def judged(result: EvaluationResult, rules: PassRules) -> tuple[str, EvaluationOutcome] | None:
+    """``(name, outcome)`` of a result of an evaluation compared with review; None for any
+    other evaluation, or a result its rule cannot judge."""
+    passes = rules.get(result.name) if result.name else None
+    verdict = None if passes is None else passes(result)
+    if result.name is None or verdict is None:
+        return None
+    return result.name, "pass" if verdict else "fail"
+
+
+def item_of(trace: RagTrace, rules: PassRules | None = None) -> ReviewItem | None:
+    """The review item of a trace, with the outcomes of its results of evaluations in
+    ``rules``; None when it has no query or no answer to review."""
     if not trace.query or not trace.answer:
         return None
-    return ReviewItem(
+    item = ReviewItem(
         trace_id=trace.trace_id,
         time=trace.time.timestamp(),
         query=trace.query,
@@ -79,6 +111,11 @@ def item_of(trace: RagTrace) -> ReviewItem | None:
         tenant=trace.tenant,
         session_id=trace.session_id,
     )
+    for result in trace.evaluations:
+        found = judged(result, rules or {})
+        if found is not None:
+            item = with_evaluation(item, *found)
+    return item
 
 
 def stratum_fraction(stratum: Stratum, trace_id: str) -> float:
@@ -150,8 +187,10 @@ class ReviewSampler:
         metrics: ReviewMetrics,
         sink: Callable[[Action], bool],
         clock: Callable[[], float] = time.time,
+        rules: PassRules | None = None,
     ) -> None:
         self._config = config
+        self._rules: PassRules = rules or {}
         self._metrics = metrics
         self._sink = sink
         self._clock = clock
@@ -172,7 +211,7 @@ class ReviewSampler:
         }
 
     def observe(self, trace: RagTrace) -> None:
-        item = item_of(trace)
+        item = item_of(trace, self._rules)
         if item is None:
             if not trace.query:
                 self._metrics.missing.count("query")
@@ -197,6 +236,8 @@ class ReviewSampler:
                 self._judged(event)
             elif isinstance(event, Feedback):
                 self._feedback(event)
+            elif isinstance(event, EvaluationResult):
+                self._evaluated(event)
 
     def tick(self) -> None:
         """Release the weekly picks of an hour that has ended."""
@@ -224,6 +265,18 @@ class ReviewSampler:
             self._sink(AttachFeedback(event.trace_id, event.kind))
         if event.kind == "thumbs_down":
             self._take(event.trace_id, "thumbs_down", self._clock())
+
+    def _evaluated(self, event: EvaluationResult) -> None:
+        """A result sent apart from its request: joined by trace id to a trace this replica
+        holds or queued (a result naming only a response id is not joined here)."""
+        found = judged(event, self._rules)
+        if found is None or event.trace_id is None:
+            return
+        held = self._buffer.get(event.trace_id)
+        if held is not None:
+            self._buffer[event.trace_id] = with_evaluation(held, *found)
+        if event.trace_id in self._queued:
+            self._sink(AttachEvaluation(event.trace_id, *found))
 
     def _take(self, trace_id: str, stratum: Stratum, now: float) -> None:
         """Queue the trace in ``stratum`` if its hash falls under the stratum's rate and the

@@ -19,9 +19,12 @@ from typing import Any, cast
 import orjson
 
 from detectors.review.model import (
+    EVALUATION_OUTCOMES,
+    MAX_ITEM_EVALUATIONS,
     REASONS,
     STRATA,
     SUPPORTED,
+    EvaluationOutcome,
     Progress,
     Reason,
     ReviewContext,
@@ -29,6 +32,7 @@ from detectors.review.model import (
     Stratum,
     Supported,
     Verdict,
+    with_evaluation,
 )
 
 FILE_NAME = "review.sqlite3"
@@ -73,6 +77,7 @@ def item_record(item: ReviewItem) -> dict[str, Any]:
         "hhem_threshold": item.hhem_threshold,
         "judge": item.judge,
         "feedback": list(item.feedback),
+        "evaluations": dict(item.evaluations),
         "queued_at": item.queued_at,
     }
 
@@ -98,8 +103,18 @@ def item_from_record(record: Mapping[str, Any]) -> ReviewItem:
         hhem_threshold=_optional_float(record.get("hhem_threshold")),
         judge=None if record.get("judge") is None else str(record["judge"]),
         feedback=tuple(str(kind) for kind in record.get("feedback", ())),
+        evaluations=_evaluations(record.get("evaluations", {})),
         queued_at=float(record.get("queued_at", 0.0)),
     )
+
+
+def _evaluations(given: Any) -> tuple[tuple[str, EvaluationOutcome], ...]:
+    """The outcomes of a record (absent in records written before they were kept); an
+    outcome other than pass or fail is left out, and at most ``MAX_ITEM_EVALUATIONS`` kept."""
+    if not isinstance(given, Mapping):
+        raise TypeError("evaluations is not an object")
+    kept = [(str(name), cast("EvaluationOutcome", outcome)) for name, outcome in given.items()]
+    return tuple((n, o) for n, o in kept if o in EVALUATION_OUTCOMES)[:MAX_ITEM_EVALUATIONS]
 
 
 def verdict_record(verdict: Verdict) -> dict[str, Any]:
@@ -141,7 +156,7 @@ def _optional_float(value: Any) -> float | None:
 
 
 def merge_items(held: ReviewItem, new: ReviewItem) -> ReviewItem:
-    """``held`` with the strata, score and feedback kinds ``new`` adds."""
+    """``held`` with the strata, score, feedback kinds and evaluation outcomes ``new`` adds."""
     return replace(
         held,
         strata=held.strata + tuple(s for s in new.strata if s not in held.strata),
@@ -151,6 +166,9 @@ def merge_items(held: ReviewItem, new: ReviewItem) -> ReviewItem:
         ),
         judge=held.judge if held.hhem_score is not None else new.judge,
         feedback=held.feedback + tuple(k for k in new.feedback if k not in held.feedback),
+        # A later outcome replaces an earlier one, also when it arrives as a whole record
+        # (a replica attached a later result and published the item again).
+        evaluations=_evaluations({**dict(held.evaluations), **dict(new.evaluations)}),
     )
 
 
@@ -195,6 +213,10 @@ class ReviewStore:
             trace_id,
             lambda i: i if kind in i.feedback else replace(i, feedback=(*i.feedback, kind)),
         )
+
+    def attach_evaluation(self, trace_id: str, name: str, outcome: EvaluationOutcome) -> None:
+        """An evaluation's outcome for a queued item (a later one replaces it)."""
+        self._update(trace_id, lambda i: with_evaluation(i, name, outcome))
 
     def next_unreviewed(self, skip: Sequence[str] = ()) -> ReviewItem | None:
         """The oldest item without a verdict, except the trace ids in ``skip``."""

@@ -57,6 +57,7 @@ def _items() -> list[ReviewItem]:
             hhem_score=0.4321,
             hhem_threshold=0.5,
             feedback=("regenerate",),
+            evaluations=(("groundedness", "fail"),),
             queued_at=1_700_000_100.0 + i,
         )
         for i, (query, answer, topic) in enumerate(plain)
@@ -73,6 +74,7 @@ def _items() -> list[ReviewItem]:
         strata=("low_faithfulness",),
         hhem_score=0.1234,
         hhem_threshold=0.5,
+        evaluations=(("groundedness", "fail"),),
         queued_at=1_700_000_100.5,  # second in the queue
     )
     return [items[0], hostile, *items[1:]]
@@ -181,8 +183,8 @@ def test_token_link_trades_the_token_for_a_session_cookie(page: Page) -> None:
 
 
 def test_page_is_blind_escaped_and_locked_down(page: Page, store: ReviewStore) -> None:
-    """The item page never shows score, strata of the item or feedback; hostile text comes
-    back escaped; the security headers are on it."""
+    """The item page never shows score, strata of the item, feedback or evaluation results;
+    hostile text comes back escaped; the security headers are on it."""
     status, headers, text = call(f"{page.base}/review?skip=trace-0", headers=bearer())
     assert status == 200
     csp = headers["Content-Security-Policy"]
@@ -193,6 +195,7 @@ def test_page_is_blind_escaped_and_locked_down(page: Page, store: ReviewStore) -
     assert headers["Referrer-Policy"] == "no-referrer"
     assert "0.1234" not in text
     assert "regenerate" not in text
+    assert "groundedness" not in text
     assert "<script>window.__pwned" not in text
     assert '"><img' not in text
     assert '<b id="injected">' not in text

@@ -4,6 +4,8 @@ production text in any log line, and two replicas sharing one queue through Kafk
 from __future__ import annotations
 
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -15,6 +17,7 @@ from structlog.testing import capture_logs
 
 from detectors.review.detector import ReviewDetector
 from detectors.review.model import Stratum, Verdict
+from detectors.review.report import write_report
 from detectors.review.sampler import stratum_fraction
 from detectors.review.store import ReviewStore
 from monitor.detector import InlineDetector
@@ -208,6 +211,64 @@ def test_verdict_counts_agreement_and_sends_a_label(
     wait_until(lambda: sample(registry, "rag_monitor_events_total", type="label") == 1)
 
 
+def _annotations(*results: tuple[str, float]) -> dict[str, object]:
+    """OpenInference annotations on the root span: (evaluation name, score) each."""
+    attributes: dict[str, object] = {}
+    for i, (name, score) in enumerate(results):
+        attributes[f"annotations.{i}.annotation.name"] = name
+        attributes[f"annotations.{i}.annotation.score"] = score
+    return attributes
+
+
+EVALUATIONS = {
+    "evaluations": {
+        "groundedness": {"score_min": 0.5, "compare_with_review": True},
+        "answer_relevancy": {"score_min": 0.7},  # about relevance: not compared with review
+    }
+}
+
+
+def test_a_verdict_posted_on_the_page_counts_agreement_per_evaluation(
+    start_sidecar: StartSidecar, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request carrying evaluation results is queued with the outcome of the evaluation
+    compared with review only; a verdict posted on the review page counts that evaluation's
+    agreement, and the report shows it."""
+    monkeypatch.setenv("REVIEW_TEST_TOKEN", TOKEN)
+    settings = review_settings(tmp_path, score=False, random_rate=1.0)
+    settings["detectors"]["evaluations"] = EVALUATIONS
+    sidecar = start_sidecar(**settings)
+    registry = sidecar.registry
+    base, extra = request(0, "s", "what is it?")
+    extra.update(_annotations(("groundedness", 0.2), ("answer_relevancy", 0.1)))
+    [trace_id] = send(sidecar, [(base, extra)])
+    store = store_of(sidecar)
+    wait_until(lambda: (item := store.get(trace_id)) is not None and item.evaluations != ())
+    item = store.get(trace_id)
+    assert item is not None
+    assert item.evaluations == (("groundedness", "fail"),)
+
+    page = review_detector(sidecar).page
+    assert page is not None
+    form = urllib.parse.urlencode({"supported": "partly", "reason": "wrong"}).encode()
+    answer = urllib.request.Request(
+        f"http://127.0.0.1:{page.port}/review/{trace_id}",
+        data=form,
+        headers={**AUTH, "Content-Type": "application/x-www-form-urlencoded"},
+    )
+    with urllib.request.urlopen(answer, timeout=10) as response:  # follows the 303
+        assert response.status == 200
+    agreement = "rag_review_evaluation_agreement_total"
+    fail_partly = {"evaluation": "groundedness", "outcome": "fail", "human": "partly"}
+    assert sample(registry, agreement, **fail_partly) == 1
+    assert sample(registry, agreement) == 1
+    assert sample(registry, "rag_evaluation_results_total", outcome="fail") == 2
+
+    out = tmp_path / "review.md"
+    write_report(store.reviewed(), out)
+    assert "| groundedness | 1 | 0 | 0 | 0 | 1 | 100.0% | 100.0% | 100.0% | 0 |" in out.read_text()
+
+
 @pytest.mark.parametrize("partitions", [2])
 def test_two_replicas_share_one_queue_through_kafka(
     broker: Broker,
@@ -216,8 +277,10 @@ def test_two_replicas_share_one_queue_through_kafka(
     monkeypatch: pytest.MonkeyPatch,
     partitions: int,
 ) -> None:
-    """An item sampled by replica A appears in replica B's store; a verdict recorded on B
-    marks it reviewed on A. Both topics carry the documented JSON records."""
+    """An item sampled by replica A appears in replica B's store with its evaluation
+    outcome; a verdict recorded on B marks it reviewed on A, and its evaluation agreement
+    counts on B alone (the counters sum over replicas). Both topics carry the documented
+    JSON records."""
     monkeypatch.setenv("REVIEW_TEST_TOKEN", TOKEN)
     topic = unique("review")
     broker.create_topic(topic, partitions)
@@ -226,16 +289,20 @@ def test_two_replicas_share_one_queue_through_kafka(
 
     def replica(name: str) -> Sidecar:
         settings = review_settings(tmp_path / name, score=False, random_rate=1.0, topic=topic)
+        settings["detectors"]["evaluations"] = EVALUATIONS
         settings["collectors"] = {"kafka": kafka_settings(broker.bootstrap, [traces])}
         return start_sidecar(**settings)
 
     a, b = replica("a"), replica("b")
-    [trace_id] = send(a, [request(0, "s", "what is it?")])
+    base, extra = request(0, "s", "what is it?")
+    extra.update(_annotations(("groundedness", 0.9)))
+    [trace_id] = send(a, [(base, extra)])
     on_b, store_a, store_b = review_detector(b), store_of(a), store_of(b)
     wait_until(lambda: store_b.get(trace_id) is not None, timeout=60)
     item = store_b.get(trace_id)
     assert item is not None
     assert item.strata == ("random",)
+    assert item.evaluations == (("groundedness", "pass"),)
     assert store_a.next_unreviewed() is not None
 
     verdict = Verdict(trace_id, "partly", relevant_doc_ids=("d2",), reason="incomplete")
@@ -245,8 +312,12 @@ def test_two_replicas_share_one_queue_through_kafka(
     [(_, seen)] = store_a.reviewed()
     assert (seen.supported, seen.reason, seen.relevant_doc_ids) == ("partly", "incomplete", ("d2",))
     assert store_a.next_unreviewed() is None
+    agreement = "rag_review_evaluation_agreement_total"
+    assert sample(b.registry, agreement, evaluation="groundedness", outcome="pass") == 1
+    assert sample(a.registry, agreement) == 0
 
     [record] = [orjson.loads(r.value) for r in broker.read(topic)]
     assert (record["schema"], record["trace_id"]) == ("rag-review/1", trace_id)
+    assert record["evaluations"] == {"groundedness": "pass"}
     [verdict_record] = [orjson.loads(r.value) for r in broker.read(f"{topic}-verdicts")]
     assert verdict_record["schema"] == "rag-review-verdict/1"
