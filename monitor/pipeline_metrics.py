@@ -86,7 +86,8 @@ class PipelineMetrics:
         )
         self.events = Counter(
             EVENTS_TOTAL,
-            "Label, feedback, judge-score and exclusion-outcome events handed to the detectors.",
+            "Events handed to the detectors, by type: label, feedback, judge_score, "
+            "unscored_answer, exclusion_outcome, evaluation_result.",
             ["type"],
             registry=registry,
         )
