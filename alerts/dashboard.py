@@ -19,8 +19,8 @@ from typing import Any
 
 from alerts import coverage, health
 from alerts.rules import component_section
-from monitor.components import DetectorComponent, load_components
-from monitor.config import Config
+from monitor.components import DetectorComponent, load_collectors, load_components
+from monitor.config import Config, collector_section
 from monitor.names import RELEASE_FIRST_SEEN, REQUESTS_TOTAL
 from monitor.rulekit.fragments import Annotation, Panel, Row
 from monitor.rulekit.promql import JOB, PRODUCTION_VARIANT
@@ -89,15 +89,21 @@ def variant_variable(datasource: dict[str, str]) -> dict[str, Any]:
 def dashboard_rows(
     config: Config, components: Sequence[DetectorComponent] | None = None
 ) -> list[Row]:
-    """The rows of the dashboard: the registered components' (or ``components``') by
-    ``order``, then what the monitor sees (field coverage), then the sidecar's health."""
+    """The rows of the dashboard: the registered detector components' (or
+    ``components``') by ``order``, the collector components', then what the monitor sees
+    (field coverage), then the sidecar's health."""
     chosen = load_components() if components is None else components
     rows = [
         row
         for component in chosen
         for row in component.rows(component_section(config, component), config.guardrails)
     ]
-    return [*rows, *coverage.rows(config.guardrails), *health.rows()]
+    collectors = [
+        row
+        for component in load_collectors()
+        for row in component.rows(collector_section(config, component), config.guardrails)
+    ]
+    return [*rows, *collectors, *coverage.rows(config.guardrails), *health.rows()]
 
 
 def build_dashboard(

@@ -27,8 +27,8 @@ from typing import Any
 import yaml
 
 from alerts import coverage, health
-from monitor.components import DetectorComponent, load_components
-from monitor.config import Config
+from monitor.components import DetectorComponent, load_collectors, load_components
+from monitor.config import Config, collector_section
 from monitor.rulekit.evidence import derivation_header
 from monitor.rulekit.fragments import RuleFragment
 
@@ -43,11 +43,17 @@ def component_section(config: Config, component: DetectorComponent) -> Any:
 def rule_fragments(
     config: Config, components: Sequence[DetectorComponent] | None = None
 ) -> list[tuple[str, RuleFragment]]:
-    """(owner, fragment) for every component by ``order``, then the sidecar's own."""
+    """(owner, fragment) for every detector component by ``order``, every collector
+    component by ``order``, then the sidecar's own."""
     chosen = load_components() if components is None else components
     fragments = [(c.name, c.rules(component_section(config, c), config.guardrails)) for c in chosen]
+    collectors = [
+        (c.name, c.rules(collector_section(config, c), config.guardrails))
+        for c in load_collectors()
+    ]
     return [
         *fragments,
+        *collectors,
         ("coverage", coverage.rules(config, chosen)),
         ("monitor", health.rules(config.guardrails)),
     ]

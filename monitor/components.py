@@ -234,7 +234,8 @@ class CollectorComponent:
     ``config_model``). ``build`` takes that validated section and a ``CollectorContext``
     and returns its receiver, or None when the section leaves it off. The one component
     with ``assembly`` turns spans into ``RagTrace`` values for the pipeline; it takes
-    the same section.
+    the same section. ``rules`` and ``rows`` (the section and the root ``guardrails``)
+    put its alerts and panels after the detectors' in the rule file and the dashboard.
     """
 
     name: str
@@ -243,6 +244,8 @@ class CollectorComponent:
     section: str = ""
     build: Callable[[Any, CollectorContext], Receiver | None] = _no_receiver
     assembly: Callable[[Any], TraceAssembly] | None = None
+    rules: Callable[[Any, Any], RuleFragment] = _no_rules
+    rows: Callable[[Any, Any], list[Row]] = _no_rows
     order: int = 100
 
     @property

@@ -8,7 +8,6 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -23,7 +22,7 @@ from monitor.components import (
     load_components,
     write_token,
 )
-from monitor.config import Config, kafka_connection
+from monitor.config import Config, collector_section, kafka_connection
 from monitor.detector import Detector
 from monitor.http.endpoints import ComponentsUp, MetricsServer, Readiness
 from monitor.intake import TraceAssembly
@@ -215,11 +214,6 @@ def _workers_up(registry: CollectorRegistry) -> dict[str, bool]:
         if family.name == WORKER_UP
         for sample in family.samples
     }
-
-
-def collector_section(config: Config, component: CollectorComponent) -> Any:
-    """The component's validated ``collectors:`` section (its defaults without settings)."""
-    return getattr(config.collectors, component.key, None) or component.config_model()
 
 
 def _trace_assembly(config: Config, collectors: Sequence[CollectorComponent]) -> TraceAssembly:

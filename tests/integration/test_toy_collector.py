@@ -1,6 +1,6 @@
 """A collector from a third-party package: registered by an entry point with a config
 section of its own, it appears in ``check-config --explain`` and ``/metrics`` and feeds the
-pipeline without edits outside its package."""
+pipeline, and adds its alert and panel, without edits outside its package."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ def toy_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", path)
 
 
-def _check_config(*args: str) -> subprocess.CompletedProcess[str]:
+def _monitor(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "monitor", "check-config", *args],
+        [sys.executable, "-m", "monitor", *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -40,14 +40,30 @@ def _check_config(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.usefixtures("toy_on_path")
 def test_the_toy_section_is_explained_and_validated_with_its_key_path(tmp_path: Path) -> None:
     """--explain lists collectors.toy_file.*; a bad value is refused naming that key."""
-    explained = _check_config("--explain")
+    explained = _monitor("check-config", "--explain")
     assert explained.returncode == 0, explained.stderr
     assert "collectors.toy_file.path: None  # the file to tail" in explained.stdout
     config = tmp_path / "c.yaml"
     config.write_text("collectors: {toy_file: {poll_s: 0}}\n")
-    refused = _check_config(str(config))
+    refused = _monitor("check-config", str(config))
     assert refused.returncode == 1
     assert "collectors.toy_file.poll_s" in refused.stderr
+
+
+@pytest.mark.usefixtures("toy_on_path")
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("rules", "alert: RagToyFileInvalidLines"),
+        ("dashboard", '"title": "Toy file lines per second"'),
+    ],
+    ids=["rules", "dashboard"],
+)
+def test_the_toy_adds_its_alert_and_panel(command: str, expected: str) -> None:
+    """rag-monitor rules lists its alert, the dashboard its panel."""
+    generated = _monitor(command)
+    assert generated.returncode == 0, generated.stderr
+    assert expected in generated.stdout
 
 
 @pytest.mark.usefixtures("toy_on_path")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import Counter
 from pydantic import Field
@@ -13,6 +14,7 @@ from pydantic import Field
 from collectors.otlp import PayloadError, decode_otlp_json
 from monitor.components import CollectorComponent, CollectorContext, Receiver
 from monitor.intake import Consumer, SpanBatch
+from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.section import Section
 
 LINES_TOTAL = "rag_toy_file_lines_total"
@@ -83,10 +85,31 @@ def build(config: ToyFileConfig, context: CollectorContext) -> Receiver | None:
     return ToyFileReceiver(config.path, config.poll_s, context.consumer)
 
 
+def rules(config: ToyFileConfig, guardrails: Any) -> RuleFragment:
+    invalid = f'{LINES_TOTAL}{{outcome="invalid"}}'
+    return RuleFragment(
+        alerting=[
+            {
+                "alert": "RagToyFileInvalidLines",
+                "expr": f"sum by (job) (increase({invalid}[{guardrails.window}])) > 0",
+                "labels": {"severity": "ticket"},
+                "annotations": {"summary": "The toy collector read lines it could not decode"},
+            }
+        ]
+    )
+
+
+def rows(config: ToyFileConfig, guardrails: Any) -> list[Row]:
+    query = f"sum by (outcome) (rate({LINES_TOTAL}[{guardrails.window}]))"
+    return [Row("Toy file", [Panel("Toy file lines per second", [(query, "{{outcome}}")])])]
+
+
 COMPONENT = CollectorComponent(
     name="toy_file",
     config_model=ToyFileConfig,
     description="the toy collector of the architecture guide",
     build=build,
+    rules=rules,
+    rows=rows,
     order=1000,
 )
