@@ -123,10 +123,12 @@ def test_promtool_tests_cover_every_alert_firing_and_silent() -> None:
 
 
 def test_rules_come_from_the_registered_components_in_order() -> None:
-    """The detectors are registered by order; their fragments precede field coverage's and
-    the sidecar's own."""
+    """The detectors are registered by order; their fragments precede the collectors', then
+    come field coverage's and the sidecar's own."""
     assert [component.name for component in load_components()] == DETECTORS
-    assert [owner for owner, _ in rule_fragments(Config())] == [*DETECTORS, "coverage", "monitor"]
+    collectors = ["spans", "otlp_http", "otlp_grpc", "kafka"]
+    owners = [owner for owner, _ in rule_fragments(Config())]
+    assert owners == [*DETECTORS, *collectors, "coverage", "monitor"]
 
 
 def test_a_component_fragment_joins_the_rule_file() -> None:
