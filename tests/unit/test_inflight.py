@@ -32,7 +32,7 @@ from monitor.http.inflight import OTLP_DECODE_FACTOR, ByteBudget, shared_budget
 from monitor.intake import WorkItem
 from tests.conftest import sample, sdk_request, wait_until
 from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for
-from tests.unit.test_otlp_http import (
+from tests.unit.collectors.test_otlp_http import (
     SinkConsumer,
     closed_by_server,
     export_head,

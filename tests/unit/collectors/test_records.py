@@ -11,9 +11,7 @@ from collectors.records import parse_rag_trace
 from monitor.events import InvalidRecord, parse_feedback, parse_labels
 from monitor.trace import Feedback, Label
 
-EXAMPLE = (
-    Path(__file__).resolve().parent.parent / "testdata" / "rag_trace_example.json"
-).read_bytes()
+EXAMPLE = (Path(__file__).resolve().parents[2] / "testdata" / "rag_trace_example.json").read_bytes()
 
 
 def test_design_example_parses_into_every_field() -> None:
@@ -129,7 +127,7 @@ def test_malformed_labels_are_refused(body: bytes) -> None:
 
 
 def test_feedback_kinds_are_checked() -> None:
-    """Feedback needs a trace id and a known kind (every kind: tests/unit/test_feedback_kinds.py)."""
+    """Feedback needs a trace id and a known kind (every kind: tests/unit/detectors/feedback/test_feedback_kinds.py)."""
     assert parse_feedback(b'{"trace_id": "ab", "kind": "regenerate"}') == [
         Feedback("ab", "regenerate")
     ]

@@ -19,8 +19,8 @@ from monitor.intake import SpanBatch, Ticket
 from monitor.pipeline import Pipeline
 from monitor.pipeline_metrics import PipelineMetrics
 from tests.conftest import sample, wait_until
-from tests.unit.test_openinference import rag_spans
-from tests.unit.test_openinference import span as rag_span
+from tests.unit.collectors.test_openinference import rag_spans
+from tests.unit.collectors.test_openinference import span as rag_span
 
 
 def span(trace: str, span_id: str, parent: str | None = None) -> Span:

@@ -18,7 +18,7 @@ from collectors.span_evaluations import EVALUATION_EVENT, MAX_RESULTS, evaluatio
 from collectors.spans_config import AssemblyConfig, MappingConfig
 from monitor.events import InvalidRecord
 from monitor.trace import EvaluationResult
-from tests.unit.test_openinference import TRACE, rag_spans, span
+from tests.unit.collectors.test_openinference import TRACE, rag_spans, span
 
 
 def _with(span: Span, *events: dict[str, Any], **attributes: Any) -> Span:

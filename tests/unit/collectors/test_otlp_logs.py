@@ -15,7 +15,7 @@ from collectors.names import LOG_RECORDS_TOTAL
 from monitor.intake import Events
 from monitor.trace import EvaluationResult
 from tests.conftest import sample
-from tests.unit.test_otlp_http import TRACE, Running, post, receiver
+from tests.unit.collectors.test_otlp_http import TRACE, Running, post, receiver
 
 __all__ = ["receiver"]  # the fixture, shared with the traces receiver's tests
 SPAN = bytes.fromhex("00f067aa0ba902b7")

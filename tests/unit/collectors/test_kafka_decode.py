@@ -15,7 +15,7 @@ from monitor.events import InvalidRecord
 from monitor.intake import SpanBatch, WholeTrace
 from monitor.trace import EvaluationResult
 from tests.conftest import sample
-from tests.unit.test_otlp_logs import SPAN, logs_request
+from tests.unit.collectors.test_otlp_logs import SPAN, logs_request
 
 TRACE_ID = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
 

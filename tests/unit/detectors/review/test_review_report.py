@@ -25,7 +25,7 @@ from detectors.review.report import build_report, export_golden, write_golden, w
 from detectors.review.store import ReviewStore
 from tests.conftest import make_config
 
-DATA = Path(__file__).resolve().parents[1] / "testdata" / "review_40.json"
+DATA = Path(__file__).resolve().parents[3] / "testdata" / "review_40.json"
 S, U = "supported", "unsupported"
 # Production text of the fixed set: none of it may reach a report.
 MARKERS = ("QUERY-MARKER", "ANSWER-MARKER", "CONTEXT-MARKER", "NOTE-MARKER", "<script", "alert(")

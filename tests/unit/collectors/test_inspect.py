@@ -26,7 +26,7 @@ from monitor.config import Config
 from monitor.coverage import PRESENT
 from tests.conftest import to_otlp_json, wait_until
 from tests.otel_traffic import MemoryExporter, tracer_for
-from tests.unit.test_openinference import span as openinference_span
+from tests.unit.collectors.test_openinference import span as openinference_span
 
 MS = 1_000_000
 SCOPE = "acme.rag.tracer"
