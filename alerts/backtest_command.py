@@ -14,16 +14,30 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from monitor.components import load_components
 from monitor.config import Config
 from monitor.durations import parse_duration
 
 if TYPE_CHECKING:  # numpy and the rest load only when a backtest runs: --help stays fast
     from alerts.backtest import AlertSummary, Window
-    from alerts.simulate import Incident, SimulatedEvaluation, World
+    from monitor.rulekit.simulation import Incident, World
 
-_STAGE = re.compile(r'stage="(\w+)"')
+# The core's incident kind (alerts/simulate.py): requests without contexts.
+COVERAGE = "coverage"
 # The fields the coverage ticket watches: field=~"answer|contexts|..." in its recordings.
 _FIELDS = re.compile(r'field=~"([\w|]+)"')
+
+
+def incident_kinds() -> tuple[str, ...]:
+    """Every kind ``--incident`` takes: the detectors' (in their order), then the core's."""
+    return (*(kind for component in load_components() for kind in component.incidents), COVERAGE)
+
+
+def parse_incident(spec: str) -> Incident:
+    """``--incident``'s value, of the kinds the registered detectors and the core react to."""
+    from monitor.rulekit.simulation import Incident
+
+    return Incident.parse(spec, incident_kinds())
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,10 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KIND:START:DURATION",
-        help="with --simulate: faithfulness, regeneration, false_exclusion, latency, "
-        "coverage, evaluation (each configured evaluation's score 0.9 -> 0.6) or all "
-        "(comma-separated), from START after the world's start (a Monday 00:00 UTC), "
-        "e.g. all:8d14h:6h; repeatable",
+        help="with --simulate: an incident of the kinds the detectors simulate "
+        f"({', '.join(incident_kinds())}) or all (comma-separated), from START "
+        "after the world's start (a Monday 00:00 UTC), e.g. all:8d14h:6h; repeatable",
     )
     parser.add_argument("--seed", type=int, default=0, help="with --simulate: the world's seed")
     parser.add_argument(
@@ -77,7 +90,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
         step = parse_duration(interval)
         warm_up = parse_duration(args.warm_up)
         if args.simulate:
-            world = simulated_world(args, config, document, warm_up)
+            world = simulated_world(args, config, warm_up)
+            fields = watched_fields(document)
             window = Window(
                 world.start_s,
                 world.start_s + warm_up,
@@ -85,7 +99,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
                 step,
             )
             summaries = run_backtest(
-                document, lambda path: write_openmetrics(simulate(world), path), window
+                document,
+                lambda path: write_openmetrics(simulate(world, config, fields), path),
+                window,
             )
             incidents: Sequence[Incident] = world.incidents
             origin = float(world.start_s)
@@ -110,52 +126,33 @@ def run(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def simulated_world(
-    args: argparse.Namespace, config: Config, document: dict[str, Any], warm_up: float
-) -> World:
-    """The world of the command line, sampled as ``config`` samples faithfulness."""
+def simulated_world(args: argparse.Namespace, config: Config, warm_up: float) -> World:
+    """The world of the command line; each detector simulates its series as ``config``
+    configures it."""
     from alerts.scratch import BacktestError
-    from alerts.simulate import Incident, World
+    from monitor.rulekit.simulation import World
 
     duration_s = warm_up + parse_duration(args.evaluate)
-    incidents = [Incident.parse(spec) for spec in args.incident]
+    incidents = [parse_incident(spec) for spec in args.incident]
     for incident in incidents:
         if not warm_up <= incident.start_s < duration_s:
             raise BacktestError(
                 f"incident {incident.spec} starts outside the counted part of the world "
                 f"(from {args.warm_up} to {args.warm_up} + {args.evaluate} after its start)"
             )
-    faithfulness = getattr(config.detectors, "faithfulness", None)
-    exprs = " ".join(rule["expr"] for group in document["groups"] for rule in group["rules"])
     return World(
         requests_per_day=args.requests_per_day,
         duration_s=duration_s,
-        sample_rate=getattr(faithfulness, "sample_rate", 0.02),
-        max_scored_per_second=getattr(faithfulness, "max_per_second", 5.0),
-        min_scored_per_hour=float(getattr(faithfulness, "min_scored_per_hour", 0) or 0),
-        stages=tuple(sorted({"total", *_STAGE.findall(exprs)})),
-        fields=tuple(sorted({f for found in _FIELDS.findall(exprs) for f in found.split("|")})),
-        evaluations=simulated_evaluations(config),
         incidents=incidents,
         seed=args.seed,
         job=config.guardrails.job,
     )
 
 
-def simulated_evaluations(config: Config) -> tuple[SimulatedEvaluation, ...]:
-    """The evaluations ``detectors.evaluations`` configures, as the simulator judges them."""
-    from alerts.simulate import SimulatedEvaluation
-
-    section = getattr(config.detectors, "evaluations", None)
-    simulated = []
-    for name, rule in getattr(section, "evaluations", {}).items():
-        if rule.score_max is not None:
-            simulated.append(SimulatedEvaluation(name, rule.sample_rate, score_max=rule.score_max))
-        elif rule.score_min is not None:
-            simulated.append(SimulatedEvaluation(name, rule.sample_rate, score_min=rule.score_min))
-        else:
-            simulated.append(SimulatedEvaluation(name, rule.sample_rate))
-    return tuple(simulated)
+def watched_fields(document: dict[str, Any]) -> tuple[str, ...]:
+    """The fields the coverage ticket's rules watch, as the simulator writes them."""
+    exprs = " ".join(rule["expr"] for group in document["groups"] for rule in group["rules"])
+    return tuple(sorted({f for found in _FIELDS.findall(exprs) for f in found.split("|")}))
 
 
 def read_counters(url: str, document: dict[str, Any], window: Window, path: Path) -> None:

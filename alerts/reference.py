@@ -125,9 +125,10 @@ set or a configured allow-list (`service.variants`, `service.instrumentations`,
 sidecar built with every detector on and Kafka and Phoenix configured; a detector that is off
 exports none of its families. The `rag_monitor_*` families are the sidecar's own
 (pipeline, collectors, workers, HTTP servers, state directory); the detectors that
-declare one of them too are named beside it. A few families are declared only once
-their component runs (the review page's counters when the page starts, the HHEM
-precision gauge when the model is loaded): their detector's page describes them."""
+declare one of them too are named beside it. A few families appear on `/metrics` only
+once their component runs (the review page's verdicts when the page starts, the HHEM
+precision gauge when the model is loaded, the LLM judge's counters when that judge is
+configured); they are listed here all the same."""
 
 _FamilyRow = tuple[str, str, tuple[str, ...], str]  # name, type, label names, help
 
@@ -144,18 +145,28 @@ class _RecordingRegistry(CollectorRegistry):
         self.collectors.append(collector)
 
 
-def metrics_page() -> str:
-    """Every metric family: the sidecar's own, then each detector's."""
+def metric_families() -> dict[str, list[str]]:
+    """Every family the sidecar can export (every detector on, with the families declared
+    only once a component runs), by name, with the detectors whose build alone declares it."""
+    return {row[0]: owners for row, owners in _exported()}
+
+
+def _exported() -> list[tuple[_FamilyRow, list[str]]]:
     with tempfile.TemporaryDirectory() as state_dir:
         config = Config.model_validate({**EVERYTHING_ON, "service": {"state_dir": state_dir}})
         declared_by = _declared_by_detector(config)
         registry = _RecordingRegistry()
         Sidecar(config, registry).shutdown()
-        families = list(_families(registry))
+        for component in load_components():
+            component.late_metrics(registry)
+        return [(row, declared_by.get(row[0], [])) for row in _families(registry)]
+
+
+def metrics_page() -> str:
+    """Every metric family: the sidecar's own, then each detector's."""
     own: dict[str, list[_FamilyRow]] = {}
     core: list[tuple[_FamilyRow, list[str]]] = []
-    for row in families:
-        owners = declared_by.get(row[0], [])
+    for row, owners in _exported():
         if row[0].startswith("rag_monitor_") or len(owners) != 1:
             core.append((row, owners))
         else:
@@ -180,6 +191,7 @@ def _declared_by_detector(config: Config) -> dict[str, list[str]]:
         section = getattr(config.detectors, component.name, None)
         detector = component.build(section or component.config_model(), context)
         detector.shutdown()
+        component.late_metrics(registry)
         for name, *_ in _families(registry):
             found.setdefault(name, []).append(component.name)
     return found

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
@@ -30,6 +30,9 @@ from monitor.intake import PIPELINE_THREAD, Consumer, Events, TraceAssembly
 from monitor.kafka_connection import KafkaConnection
 from monitor.rulekit.fragments import Row, RuleFragment
 from monitor.trace import Event
+
+if TYPE_CHECKING:  # numpy loads only when a backtest simulates
+    from monitor.rulekit.simulation import SimulatedWorld
 
 ENTRY_POINT_GROUP = "rag_monitor.detectors"
 COLLECTOR_GROUP = "rag_monitor.collectors"
@@ -169,6 +172,14 @@ def _no_fields(config: Any, guardrails: Any) -> Collection[str]:
     return ()
 
 
+def _no_series(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
+    return None
+
+
+def _no_metrics(registry: CollectorRegistry) -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class DetectorComponent:
     """A registered detector: its config model, how to build it, its rules and panels.
@@ -178,6 +189,14 @@ class DetectorComponent:
     and the root ``guardrails`` section. ``fields`` names the ``RagTrace`` fields its
     detector reads as configured (``monitor.coverage.PRESENT``; none when the section
     turns it off): the field-coverage ticket watches them.
+
+    ``simulate`` adds its detector's series to the synthetic world of ``rag-monitor rules
+    backtest --simulate`` (``monitor.rulekit.simulation``), given its section, the root
+    ``guardrails`` and the world; ``incidents`` names the incident kinds it reacts to
+    (``--incident KIND:START:DURATION``), which it reads with ``world.during(kind)``.
+    ``late_metrics`` declares on a registry the metric families its detector declares only
+    once it runs (a model loaded, a page started, a judge other than the default), so that
+    the metrics reference lists them with the rest.
     """
 
     name: str
@@ -190,6 +209,9 @@ class DetectorComponent:
     commands: Sequence[Command] = ()
     models: ModelSupport | None = None  # models read from disk (``rag-monitor models fetch``)
     fields: Callable[[Any, Any], Collection[str]] = _no_fields
+    simulate: Callable[[Any, Any, SimulatedWorld], None] = _no_series
+    incidents: tuple[str, ...] = ()
+    late_metrics: Callable[[CollectorRegistry], None] = _no_metrics
 
 
 class Receiver(Protocol):

@@ -72,6 +72,15 @@ STATE_WRITE_ERRORS_TOTAL = "rag_monitor_state_write_errors_total"  # by file and
 # saw a service.version.
 RELEASE_FIRST_SEEN = "rag_release_first_seen_timestamp_seconds"
 
+# --- read by another detector, declared by the filter-exclusion detector ----------------
+
+# The drift detector's weekly report (detectors/drift/migration.py) reads them from
+# Prometheus around each encoder change; a detector imports no other detector, so they are
+# spelled here and detectors/filter_exclusion/names.py takes them from here.
+ELIGIBLE_QUERIES_TOTAL = "rag_filter_eligible_queries_total"  # label variant
+FALSE_EXCLUSIONS_TOTAL = "rag_filter_false_exclusions_total"  # label variant
+RETRIEVAL_RECALL = "rag_retrieval_recall"  # histogram, label k
+
 # --- read by the core, declared by a collector ------------------------------------------
 
 # The Kafka collector's gauge (collectors/kafka.py), by topic and partition, spelled here

@@ -22,9 +22,14 @@ from detectors.drift.names import (
     MMD_STATISTIC,
     P_VALUE,
     REFERENCE_FILL,
+    REFERENCE_VECTORS,
+    REJECTED_VECTORS_TOTAL,
     REPRESENTATION_CHANGES,
     REPRESENTATION_INFO,
     REPRESENTATION_SHARE,
+    REPRESENTATIONS_EVICTED_TOTAL,
+    TESTS_TOTAL,
+    VECTORS_TOTAL,
 )
 from detectors.drift.result import DriftResult
 
@@ -66,26 +71,26 @@ class DriftMetrics:
             registry=registry,
         )
         self.tests = Counter(
-            "rag_drift_tests_total",
+            TESTS_TOTAL,
             "Drift tests run, by outcome (drift, no_drift).",
             ["signal", "outcome"],
             registry=registry,
         )
         self.vectors = Counter(
-            "rag_drift_vectors_total",
+            VECTORS_TOTAL,
             "Vectors accepted by the drift detector.",
             ["signal"],
             registry=registry,
         ).labels(SIGNAL)
         self.rejected = Counter(
-            "rag_drift_rejected_vectors_total",
+            REJECTED_VECTORS_TOTAL,
             "Vectors refused: wrong_dimension, not_finite (NaN/inf), queue_full, "
             "unusable_reference (a reference the test cannot use, e.g. all vectors identical).",
             ["signal", "reason"],
             registry=registry,
         )
         self.reference_size = Gauge(
-            "rag_drift_reference_vectors",
+            REFERENCE_VECTORS,
             "Vectors in the reference (below reference_size while it is being filled).",
             ["signal"],
             registry=registry,
@@ -101,7 +106,7 @@ class DriftMetrics:
             registry=registry,
         ).labels(SIGNAL)
         self.representations_evicted = Counter(
-            "rag_drift_representations_evicted_total",
+            REPRESENTATIONS_EVICTED_TOTAL,
             "Representations no longer tracked because max_representations newer ones came.",
             ["signal"],
             registry=registry,

@@ -22,16 +22,18 @@ from detectors.drift.config import DriftConfig
 from detectors.drift.detector import pinned_representation
 from detectors.drift.neighbours import NEIGHBOURS, NeighbourStability, neighbour_stability
 from detectors.drift.store import DriftStore, Reference
+from monitor.names import ELIGIBLE_QUERIES_TOTAL, FALSE_EXCLUSIONS_TOTAL, RETRIEVAL_RECALL
 
 QUALITY_WINDOW_S = 86400.0  # labelled queries are few: a day on each side of the change
 PROMETHEUS_TIMEOUT_S = 10.0
+# The filter-exclusion detector's series (their names are the core's: monitor/names.py).
 FALSE_EXCLUSION_RATIO = (
-    "sum(increase(rag_filter_false_exclusions_total[{w}s]))"
-    " / sum(increase(rag_filter_eligible_queries_total[{w}s]))"
+    f"sum(increase({FALSE_EXCLUSIONS_TOTAL}[{{w}}s]))"
+    f" / sum(increase({ELIGIBLE_QUERIES_TOTAL}[{{w}}s]))"
 )
 RECALL_AT_K = (
-    "sum by (k) (increase(rag_retrieval_recall_sum[{w}s]))"
-    " / sum by (k) (increase(rag_retrieval_recall_count[{w}s]))"
+    f"sum by (k) (increase({RETRIEVAL_RECALL}_sum[{{w}}s]))"
+    f" / sum by (k) (increase({RETRIEVAL_RECALL}_count[{{w}}s]))"
 )
 
 

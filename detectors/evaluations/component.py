@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from detectors.evaluations import alerting
 from detectors.evaluations.config import EvaluationsConfig
 from monitor.components import BuildContext, DetectorComponent
 from monitor.detector import Detector
+
+if TYPE_CHECKING:
+    from monitor.rulekit.simulation import SimulatedWorld
 
 
 def _build(config: EvaluationsConfig, context: BuildContext) -> Detector:
@@ -16,6 +21,12 @@ def _build(config: EvaluationsConfig, context: BuildContext) -> Detector:
     return EvaluationsDetector(config, context.registry, emitter)
 
 
+def _simulate(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
+    from detectors.evaluations.simulate import series
+
+    series(config, guardrails, world)
+
+
 COMPONENT = DetectorComponent(
     name="evaluations",
     config_model=EvaluationsConfig,
@@ -24,4 +35,6 @@ COMPONENT = DetectorComponent(
     rules=alerting.rules,
     rows=alerting.rows,
     order=45,
+    simulate=_simulate,
+    incidents=("evaluation",),
 )

@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
+from detectors.faithfulness.names import ANNOTATIONS_TOTAL
 from monitor.worker import Worker
 
 log = structlog.get_logger("rag_monitor.faithfulness.phoenix")
@@ -69,7 +70,7 @@ class PhoenixAnnotator:
         )
         self._failing = False
         counter = Counter(
-            "rag_faithfulness_annotations",
+            ANNOTATIONS_TOTAL,
             "Faithfulness scores sent to Phoenix as span annotations: written, failed "
             "(Phoenix refused or was unreachable), dropped (the send queue was full).",
             ["outcome"],

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry
 
 from detectors.faithfulness import alerting
 from detectors.faithfulness.config import FaithfulnessConfig
@@ -18,6 +20,9 @@ from detectors.faithfulness.scorer_command import SCORE
 from monitor.components import BuildContext, DetectorComponent, ModelNeed, ModelSupport
 from monitor.detector import Detector
 from monitor.extras import missing_modules, require_extra
+
+if TYPE_CHECKING:
+    from monitor.rulekit.simulation import SimulatedWorld
 
 # What the scorer reads: the checkpoint's config.json and weights; of the foundation only
 # the T5 configuration and the tokenizer (its own ~1 GB of weights are never loaded).
@@ -119,6 +124,22 @@ def _fields(config: FaithfulnessConfig, guardrails: Any) -> tuple[str, ...]:
     return ("answer", "contexts") if config.enabled else ()
 
 
+def _simulate(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
+    from detectors.faithfulness.simulate import series
+
+    series(config, guardrails, world)
+
+
+def _late_metrics(registry: CollectorRegistry) -> None:
+    """The HHEM precision gauge (declared once the model is loaded) and an LLM judge's
+    counters (declared when one is configured)."""
+    from detectors.faithfulness.hhem_judge import precision_info
+    from detectors.faithfulness.judge_metrics import JudgeMetrics, Prices
+
+    precision_info(registry)
+    JudgeMetrics(registry, "openai_compatible", Prices())
+
+
 COMPONENT = DetectorComponent(
     name="faithfulness",
     config_model=FaithfulnessConfig,
@@ -130,4 +151,7 @@ COMPONENT = DetectorComponent(
     order=40,
     models=ModelSupport(needs=model_needs, load=load_model, missing=missing_models),
     commands=(SCORE,),
+    simulate=_simulate,
+    incidents=("faithfulness",),
+    late_metrics=_late_metrics,
 )

@@ -25,8 +25,12 @@ from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.judge import judge_name
 from detectors.faithfulness.names import (
     BELOW_THRESHOLD_TOTAL,
+    CACHE_HITS_TOTAL,
     EVALUATIONS_TOTAL,
     FAITHFULNESS_SCORE,
+    MODEL_PAIRS_TOTAL,
+    MODEL_SECONDS_TOTAL,
+    TRUNCATED_TOTAL,
 )
 from detectors.faithfulness.triage import OUTCOMES, Triage, premise_of
 from detectors.faithfulness.worker import (
@@ -87,22 +91,22 @@ class FaithfulnessMetrics:
         )
         self.below_threshold = ByVariant(below_threshold.labels)
         self.truncated = Counter(
-            "rag_faithfulness_truncated",
+            TRUNCATED_TOTAL,
             "Scored answers whose premise was cut to max_premise_tokens.",
             registry=registry,
         )
         self.cache_hits = Counter(
-            "rag_faithfulness_cache_hits",
+            CACHE_HITS_TOTAL,
             "Pairs whose score came from the LRU cache instead of the judge.",
             registry=registry,
         )
         self.model_pairs = Counter(
-            "rag_faithfulness_model_pairs",
+            MODEL_PAIRS_TOTAL,
             "Pairs scored by the judge (HHEM: each sentence at sentence granularity).",
             registry=registry,
         )
         self.model_seconds = Counter(
-            "rag_faithfulness_model_seconds",
+            MODEL_SECONDS_TOTAL,
             "Seconds spent in the judge: HHEM forward passes, or an LLM judge's batches "
             "(pairs / seconds: capacity).",
             registry=registry,

@@ -35,6 +35,7 @@ from detectors.faithfulness.judge import (
     batch_size_for,
     pair_key,
 )
+from detectors.faithfulness.names import PRECISION_INFO
 from detectors.faithfulness.precision import calibrate
 from detectors.faithfulness.triage import split_sentences
 from monitor.metrics import shared_metric
@@ -192,7 +193,7 @@ def load_hhem_judge(
             seconds=round(time.perf_counter() - measured, 2),
         )
     if registry is not None:
-        _precision_info(registry).labels(scorer.precision).set(1)
+        precision_info(registry).labels(scorer.precision).set(1)
     log.info(
         "faithfulness_model_loaded",
         model=config.model,
@@ -212,11 +213,12 @@ def load_hhem_judge(
     )
 
 
-def _precision_info(registry: CollectorRegistry) -> Gauge:
+def precision_info(registry: CollectorRegistry) -> Gauge:
+    """``rag_faithfulness_precision_info{precision}``, declared when the model is loaded."""
     return shared_metric(
         registry,
         Gauge,
-        "rag_faithfulness_precision_info",
+        PRECISION_INFO,
         "1 for the precision the HHEM model runs in (chosen by measurement when "
         "detectors.faithfulness.precision is auto); absent until the model is loaded.",
         ["precision"],

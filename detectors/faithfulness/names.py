@@ -14,6 +14,17 @@ JUDGE_TOKENS_TOTAL = "rag_judge_tokens_total"  # label direction: input, output
 JUDGE_COST_USD_TOTAL = "rag_judge_cost_usd_total"
 JUDGE_CLAIMS_TOTAL = "rag_judge_claims_total"  # label verdict: supported, unsupported
 JUDGE_CLAIMS_CUT_TOTAL = "rag_judge_claims_cut_total"  # claims past max_claims, not verified
+TRUNCATED_TOTAL = "rag_faithfulness_truncated_total"
+CACHE_HITS_TOTAL = "rag_faithfulness_cache_hits_total"
+MODEL_PAIRS_TOTAL = "rag_faithfulness_model_pairs_total"
+MODEL_SECONDS_TOTAL = "rag_faithfulness_model_seconds_total"
+ANNOTATIONS_TOTAL = "rag_faithfulness_annotations_total"
+PRECISION_INFO = "rag_faithfulness_precision_info"
+SCORES_PUBLISHED_TOTAL = "rag_judge_scores_published_total"
+SCORER_PARTITIONS = "rag_judge_scorer_partitions"
+PUBLISHED_TOTAL = "rag_judge_published_total"
+RESULTS_READ_TOTAL = "rag_judge_results_read_total"
+SCORER_PAIRS_TOTAL = "rag_judge_scorer_pairs_total"
 
 
 def pass_ratio(window: str) -> str:

@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.judge import JudgeOutcome
+from detectors.faithfulness.names import PUBLISHED_TOTAL, RESULTS_READ_TOTAL
 from detectors.faithfulness.triage import premise_of
 from monitor.kafka_connection import KafkaConnection
 from monitor.replication import TopicPublisher, WholeTopicReader, client_settings
@@ -39,8 +40,6 @@ from monitor.worker import Worker
 Stratum = Literal["thumbs_down", "probe", "floor", "random"]
 STRATA: tuple[Stratum, ...] = ("thumbs_down", "probe", "floor", "random")
 ALWAYS: frozenset[str] = frozenset({"thumbs_down", "probe"})
-PUBLISHED_TOTAL = "rag_judge_published_total"
-RESULTS_READ_TOTAL = "rag_judge_results_read_total"
 UNKNOWN_SERVICE = "unknown"
 # What a scorer's judge ends with besides a score (the sidecar settles the other outcomes
 # before it publishes a pair): the only outcomes a results record may carry.

@@ -29,6 +29,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.detector import FaithfulnessMetrics
 from detectors.faithfulness.judge import Judge, JudgePair, JudgeResult, WorkerStats, judge_name
+from detectors.faithfulness.names import (
+    SCORER_PAIRS_TOTAL,
+    SCORER_PARTITIONS,
+    SCORES_PUBLISHED_TOTAL,
+)
 from detectors.faithfulness.remote import score_record, unscored_record
 from detectors.faithfulness.scorer_budget import FloorBudget, SeenTraces
 from monitor.kafka_connection import KafkaConnection
@@ -37,7 +42,6 @@ from monitor.trace import JudgeScore, UnscoredAnswer
 
 log = structlog.get_logger("rag_monitor.scorer")
 
-SCORER_PAIRS_TOTAL = "rag_judge_scorer_pairs_total"
 POLL_MS = 200
 MAX_POLL_RECORDS = 64  # pairs judged between two commits: a crash re-reads at most these
 RETRY_S = 1.0
@@ -86,14 +90,14 @@ class ScorerMetrics(FaithfulnessMetrics):
             registry=registry,
         )
         self.published = Counter(
-            "rag_judge_scores_published_total",
+            SCORES_PUBLISHED_TOTAL,
             "Verdicts (scores, unscored outcomes) a scorer published to the results topic, "
             "by outcome (ok, failed).",
             ["outcome"],
             registry=registry,
         )
         self.partitions = Gauge(
-            "rag_judge_scorer_partitions",
+            SCORER_PARTITIONS,
             "Partitions of the requests topic this scorer owns now.",
             registry=registry,
         )

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from detectors.feedback import alerting
 from detectors.feedback.config import FeedbackConfig
 from monitor.components import BuildContext, DetectorComponent
 from monitor.detector import Detector
+
+if TYPE_CHECKING:
+    from monitor.rulekit.simulation import SimulatedWorld
 
 
 def _build(config: FeedbackConfig, context: BuildContext) -> Detector:
     from detectors.feedback.detector import FeedbackDetector
 
     return FeedbackDetector(context.registry)
+
+
+def _simulate(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
+    from detectors.feedback.simulate import series
+
+    series(config, guardrails, world)
 
 
 COMPONENT = DetectorComponent(
@@ -22,4 +33,6 @@ COMPONENT = DetectorComponent(
     rules=alerting.rules,
     rows=alerting.rows,
     order=30,
+    simulate=_simulate,
+    incidents=("regeneration",),
 )

@@ -10,15 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from detectors.filter_exclusion.names import (
-    ELIGIBLE_QUERIES_TOTAL,
     ENTITLEMENT_VIOLATIONS_TOTAL,
-    FALSE_EXCLUSIONS_TOTAL,
-    RETRIEVAL_RECALL,
     eligible_count,
     false_exclusion_lower_bound,
     false_exclusion_ratio,
 )
 from monitor.config import GuardrailsConfig
+from monitor.names import ELIGIBLE_QUERIES_TOTAL, FALSE_EXCLUSIONS_TOTAL, RETRIEVAL_RECALL
 from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.rulekit.promql import (

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from detectors.filter_exclusion import alerting
 from detectors.filter_exclusion.config import FilterExclusionConfig
 from monitor.components import BuildContext, DetectorComponent
 from monitor.detector import Detector
+
+if TYPE_CHECKING:
+    from monitor.rulekit.simulation import SimulatedWorld
 
 
 def _build(config: FilterExclusionConfig, context: BuildContext) -> Detector:
@@ -22,6 +25,12 @@ def _fields(config: FilterExclusionConfig, guardrails: Any) -> tuple[str, ...]:
     return ("retrieved_ids",)
 
 
+def _simulate(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
+    from detectors.filter_exclusion.simulate import series
+
+    series(config, guardrails, world)
+
+
 COMPONENT = DetectorComponent(
     name="filter_exclusion",
     config_model=FilterExclusionConfig,
@@ -31,4 +40,6 @@ COMPONENT = DetectorComponent(
     rules=alerting.rules,
     rows=alerting.rows,
     order=50,
+    simulate=_simulate,
+    incidents=("false_exclusion",),
 )

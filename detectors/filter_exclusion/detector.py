@@ -36,13 +36,8 @@ from typing import ClassVar, Generic, TypeVar
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from detectors.filter_exclusion import names
 from detectors.filter_exclusion.config import FilterExclusionConfig
-from detectors.filter_exclusion.names import (
-    ELIGIBLE_QUERIES_TOTAL,
-    ENTITLEMENT_VIOLATIONS_TOTAL,
-    FALSE_EXCLUSIONS_TOTAL,
-    RETRIEVAL_RECALL,
-)
 from detectors.filter_exclusion.scoring import (
     Evidence,
     foreign_documents,
@@ -51,6 +46,7 @@ from detectors.filter_exclusion.scoring import (
 )
 from monitor.detector import InlineDetector
 from monitor.missing import MissingInputs
+from monitor.names import ELIGIBLE_QUERIES_TOTAL, FALSE_EXCLUSIONS_TOTAL, RETRIEVAL_RECALL
 from monitor.trace import Event, ExclusionOutcome, Label, RagTrace
 from monitor.variants import ByVariant
 
@@ -356,31 +352,31 @@ class _Metrics:
             "by variant.",
         )
         self.eligible_gold_docs = counter(
-            "rag_filter_eligible_gold_docs_total",
+            names.ELIGIBLE_GOLD_DOCS_TOTAL,
             "Gold documents the caller may see, summed over eligible queries.",
         )
         self.excluded_gold_docs = counter(
-            "rag_filter_excluded_gold_docs_total",
+            names.EXCLUDED_GOLD_DOCS_TOTAL,
             "Eligible gold documents a relevance filter removed.",
         )
         self.no_eligible_gold = counter(
-            "rag_filter_no_eligible_gold_total",
+            names.NO_ELIGIBLE_GOLD_TOTAL,
             "Labeled queries whose gold the caller may not see (outside the denominator).",
         )
         self.unmatched_labels = counter(
-            "rag_filter_unmatched_labels_total",
+            names.UNMATCHED_LABELS_TOTAL,
             "Labels that found no trace within join_ttl_s (or were dropped over max_pending).",
         )
         self.unmatched_probe_traces = counter(
-            "rag_filter_unmatched_probe_traces_total",
+            names.UNMATCHED_PROBE_TRACES_TOTAL,
             "Probe traces whose probe id had no gold within join_ttl_s.",
         )
         self.duplicate_labels = counter(
-            "rag_filter_duplicate_labels_total",
+            names.DUPLICATE_LABELS_TOTAL,
             "Labels for a trace that already had one (the first wins).",
         )
         self.violations = counter(
-            ENTITLEMENT_VIOLATIONS_TOTAL,
+            names.ENTITLEMENT_VIOLATIONS_TOTAL,
             "Documents of another tenant than the caller's among a request's contexts.",
         )
         histogram = Histogram(
@@ -392,7 +388,7 @@ class _Metrics:
         )
         self.recall = {k: histogram.labels(str(k)) for k in recall_k}
         self.pending = Gauge(
-            "rag_filter_join_pending",
+            names.JOIN_PENDING,
             "Labels and traces held while waiting to join.",
             ["kind"],
             registry=registry,

@@ -3,10 +3,16 @@ its metrics, its rules and its panels share."""
 
 from __future__ import annotations
 
-ELIGIBLE_QUERIES_TOTAL = "rag_filter_eligible_queries_total"  # label variant
-FALSE_EXCLUSIONS_TOTAL = "rag_filter_false_exclusions_total"  # label variant
+# The detector's eligible queries, false exclusions and recall@k are spelled by the core
+# (monitor/names.py): the drift detector's report reads them too.
 ENTITLEMENT_VIOLATIONS_TOTAL = "rag_entitlement_violations_total"
-RETRIEVAL_RECALL = "rag_retrieval_recall"  # histogram, label k
+ELIGIBLE_GOLD_DOCS_TOTAL = "rag_filter_eligible_gold_docs_total"
+EXCLUDED_GOLD_DOCS_TOTAL = "rag_filter_excluded_gold_docs_total"
+NO_ELIGIBLE_GOLD_TOTAL = "rag_filter_no_eligible_gold_total"
+UNMATCHED_LABELS_TOTAL = "rag_filter_unmatched_labels_total"
+UNMATCHED_PROBE_TRACES_TOTAL = "rag_filter_unmatched_probe_traces_total"
+DUPLICATE_LABELS_TOTAL = "rag_filter_duplicate_labels_total"
+JOIN_PENDING = "rag_filter_join_pending"
 
 
 def false_exclusion_ratio(window: str) -> str:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from detectors.latency import alerting
 from detectors.latency.config import LatencyConfig
 from monitor.components import BuildContext, DetectorComponent
 from monitor.config import GuardrailsConfig
 from monitor.coverage import stage_field
 from monitor.detector import Detector
+
+if TYPE_CHECKING:
+    from monitor.rulekit.simulation import SimulatedWorld
 
 
 def _build(config: LatencyConfig, context: BuildContext) -> Detector:
@@ -21,6 +26,12 @@ def _fields(config: LatencyConfig, guardrails: GuardrailsConfig) -> tuple[str, .
     return tuple(stage_field(stage) for stage in guardrails.latency_slo if stage != "total")
 
 
+def _simulate(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
+    from detectors.latency.simulate import series
+
+    series(config, guardrails, world)
+
+
 COMPONENT = DetectorComponent(
     name="latency",
     config_model=LatencyConfig,
@@ -30,4 +41,6 @@ COMPONENT = DetectorComponent(
     rules=alerting.rules,
     rows=alerting.rows,
     order=10,
+    simulate=_simulate,
+    incidents=("latency",),
 )

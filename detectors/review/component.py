@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from detectors.review import alerting
 from detectors.review.commands import COMMANDS
 from detectors.review.config import ReviewConfig
@@ -35,6 +37,13 @@ def _fields(config: ReviewConfig, guardrails: Any) -> tuple[str, ...]:
     return ("query", "answer") if config.enabled else ()
 
 
+def _late_metrics(registry: CollectorRegistry) -> None:
+    """The verdict counter, declared when the review page starts."""
+    from detectors.review.web import verdicts_counter
+
+    verdicts_counter(registry)
+
+
 COMPONENT = DetectorComponent(
     name="review",
     config_model=ReviewConfig,
@@ -45,4 +54,5 @@ COMPONENT = DetectorComponent(
     rows=alerting.rows,
     order=70,
     commands=COMMANDS,
+    late_metrics=_late_metrics,
 )

@@ -10,6 +10,7 @@ EVALUATION_AGREEMENT_TOTAL = "rag_review_evaluation_agreement_total"
 QUEUE_ITEMS = "rag_review_queue_items"
 RETENTION_DELETED_TOTAL = "rag_review_retention_deleted_total"
 KAFKA_RECORDS_TOTAL = "rag_review_kafka_records_total"  # labels direction, outcome
+VERDICTS_TOTAL = "rag_review_verdicts_total"
 
 
 def sampled_rate(window: str) -> str:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Literal
 from prometheus_client import CollectorRegistry, Counter
 
 from detectors.review.model import SUPPORTED, ReviewItem, Verdict
+from detectors.review.names import VERDICTS_TOTAL
 from detectors.review.page import (
     MAX_TRACE_ID_CHARS,
     FormError,
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
     from detectors.review.config import ReviewHttpSettings
     from detectors.review.store import ReviewStore
 
-VERDICTS_TOTAL = "rag_review_verdicts_total"
 SESSION_COOKIE = "rag_review_session"
 FORM = "application/x-www-form-urlencoded"
 HTML = "text/html; charset=utf-8"
@@ -74,6 +74,17 @@ def security_headers(nonce: str | None = None) -> dict[str, str]:
     }
 
 
+def verdicts_counter(registry: CollectorRegistry) -> Counter:
+    """``rag_review_verdicts_total{supported}``, declared when the page starts."""
+    return shared_metric(
+        registry,
+        Counter,
+        VERDICTS_TOTAL,
+        "Verdicts recorded on the review page, by the reviewer's 'supported' answer.",
+        ["supported"],
+    )
+
+
 class ReviewPage(HttpService):
     """The review page on its own port; ``start``, ``stop_intake``, ``shutdown`` and ``port``
     are ``HttpService``'s."""
@@ -91,13 +102,7 @@ class ReviewPage(HttpService):
         self._on_verdict = on_verdict
         self._secret = secrets.token_bytes(32)
         self._max_body = settings.max_body_bytes
-        counter = shared_metric(
-            registry,
-            Counter,
-            VERDICTS_TOTAL,
-            "Verdicts recorded on the review page, by the reviewer's 'supported' answer.",
-            ["supported"],
-        )
+        counter = verdicts_counter(registry)
         self._verdicts = {value: counter.labels(value) for value in SUPPORTED}
         super().__init__(
             "review",

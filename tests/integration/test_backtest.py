@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 
 from alerts.backtest import Window, run_backtest
+from alerts.backtest_command import parse_incident
 from alerts.rules import build_rules
 from alerts.scratch import ScratchPrometheus, import_openmetrics, write_openmetrics_series
-from alerts.simulate import Incident, World, simulate, write_openmetrics
+from alerts.simulate import simulate, write_openmetrics
 from monitor.config import load_config
+from monitor.rulekit.simulation import World
 from tests.integration.conftest import binary
 
 pytestmark = pytest.mark.integration
@@ -148,12 +150,10 @@ def test_prometheus_mode_replays_what_a_prometheus_holds(tmp_path: Path) -> None
     world = World(
         requests_per_day=1_800_000,
         duration_s=6 * 3600 + 60,  # a sample at ``end`` too
-        sample_rate=0.02,
-        max_scored_per_second=5.0,
-        incidents=[Incident.parse("latency:4h:2h")],
+        incidents=[parse_incident("latency:4h:2h")],
         start_s=int(start),
     )
-    samples = simulate(world)
+    samples = simulate(world, load_config())
     counters = tmp_path / "history.txt"
     write_openmetrics(samples, counters)
     source = ScratchPrometheus(prometheus, tmp_path / "source")

@@ -6,65 +6,42 @@ import itertools
 
 import numpy as np
 import pytest
+from numpy.typing import NDArray
 
-import alerts.simulate as world_names
 from alerts.backtest import episodes, firing_steps, raw_names, recording_layers
+from alerts.backtest_command import parse_incident
 from alerts.scratch import BacktestError, block_duration, chunks, find_tools
-from alerts.simulate import (
-    HEALTHY_P95_S,
-    TROUGH_SHARE,
-    Incident,
-    SimulatedEvaluation,
-    World,
-    diurnal_expected,
-    simulate,
-)
+from alerts.simulate import simulate
 from detectors.evaluations import names as evaluations
-from detectors.faithfulness import names as faithfulness
-from detectors.feedback import names as feedback
-from detectors.filter_exclusion import names as filter_exclusion
-from detectors.latency import names as latency
+from detectors.latency.simulate import HEALTHY_P95_S
 from monitor.buckets import LATENCY_BUCKETS
 from monitor.cli import main
+from monitor.config import Config
 from monitor.names import FIELDS_TOTAL
+from monitor.rulekit.simulation import TROUGH_SHARE, Samples, World, diurnal_expected
 
 DAY_S = 86_400
 
 
 def world(**overrides: object) -> World:
-    settings: dict[str, object] = {
-        "requests_per_day": 272_000,
-        "duration_s": 2 * DAY_S,
-        "sample_rate": 0.02,
-        "max_scored_per_second": 5.0,
-        "seed": 7,
-    }
+    settings: dict[str, object] = {"requests_per_day": 272_000, "duration_s": 2 * DAY_S, "seed": 7}
     return World(**{**settings, **overrides})  # type: ignore[arg-type]
 
 
-def counter(world_samples: object, name: str, **labels: str) -> np.ndarray:
+def run(
+    simulated: World, detectors: dict[str, object] | None = None, fields: tuple[str, ...] = ()
+) -> Samples:
+    """The world's samples with the detectors configured as ``detectors`` says (the
+    faithfulness sampler without its hourly floor unless it says otherwise)."""
+    sections = {"faithfulness": {"min_scored_per_hour": 0}, **(detectors or {})}
+    return simulate(simulated, Config.model_validate({"detectors": sections}), fields)
+
+
+def counter(world_samples: object, name: str, **labels: str) -> NDArray[np.float64]:
     for series_name, series_labels, values in world_samples.series:  # type: ignore[attr-defined]
         if series_name == name and labels.items() <= series_labels.items():
             return values  # type: ignore[no-any-return]
     raise AssertionError(f"no series {name} {labels}")
-
-
-@pytest.mark.parametrize(
-    ("simulated", "exported"),
-    [
-        (world_names.EVALUATIONS_TOTAL, faithfulness.EVALUATIONS_TOTAL),
-        (world_names.BELOW_THRESHOLD_TOTAL, faithfulness.BELOW_THRESHOLD_TOTAL),
-        (world_names.FEEDBACK_EVENTS_TOTAL, feedback.FEEDBACK_EVENTS_TOTAL),
-        (world_names.ELIGIBLE_QUERIES_TOTAL, filter_exclusion.ELIGIBLE_QUERIES_TOTAL),
-        (world_names.FALSE_EXCLUSIONS_TOTAL, filter_exclusion.FALSE_EXCLUSIONS_TOTAL),
-        (world_names.STAGE_LATENCY_SECONDS, latency.STAGE_LATENCY_SECONDS),
-        (world_names.EVALUATION_RESULTS_TOTAL, evaluations.RESULTS_TOTAL),
-    ],
-    ids=str,
-)
-def test_world_spells_metrics_as_the_detectors_export_them(simulated: str, exported: str) -> None:
-    """The synthetic world writes the very names the detectors export and the rules read."""
-    assert simulated == exported
 
 
 @pytest.mark.parametrize(
@@ -139,7 +116,7 @@ def test_diurnal_traffic_has_its_trough_peak_and_daily_total() -> None:
 
 def test_healthy_world_shows_its_true_rates() -> None:
     """Seeded counters recover the true rates: regeneration, faithful share, p95 bucket."""
-    samples = simulate(world())
+    samples = run(world())
     requests = counter(samples, "rag_requests_total")[-1]
     assert requests == pytest.approx(2 * 272_000, rel=0.01)
     regenerations = counter(samples, "rag_feedback_events_total", kind="regenerate")[-1]
@@ -160,8 +137,8 @@ def test_healthy_world_shows_its_true_rates() -> None:
 
 def test_incident_changes_only_its_window() -> None:
     """An incident doubles regeneration during its hours and not outside them."""
-    incident = Incident.parse("regeneration:1d14h:2h")
-    samples = simulate(world(incidents=[incident], requests_per_day=1_800_000))
+    incident = parse_incident("regeneration:1d14h:2h")
+    samples = run(world(incidents=[incident], requests_per_day=1_800_000))
     requests = np.diff(counter(samples, "rag_requests_total"), prepend=0)
     regenerations = np.diff(counter(samples, "rag_feedback_events_total"), prepend=0)
     during = slice(1440 + 14 * 60, 1440 + 16 * 60)
@@ -173,16 +150,16 @@ def test_incident_changes_only_its_window() -> None:
 def test_sampler_floor_and_capacity() -> None:
     """The hourly floor raises night sampling; the capacity caps every minute."""
     night = slice(1440 + 60, 1440 + 4 * 60)  # 01:00-04:00 on the second day
-    floored = simulate(world(min_scored_per_hour=120, requests_per_day=45_000))
+    floored = run(world(requests_per_day=45_000), {"faithfulness": {"min_scored_per_hour": 120}})
     scored = np.diff(counter(floored, "rag_faithfulness_evaluations_total"), prepend=0)
     assert scored[night].sum() / 3 >= 100  # ~120 an hour where 2% gives ~5
-    capped = simulate(world(sample_rate=1.0, max_scored_per_second=1.0))
+    capped = run(world(), {"faithfulness": {"sample_rate": 1.0, "max_per_second": 1.0}})
     assert np.diff(counter(capped, "rag_faithfulness_evaluations_total")).max() <= 60
 
 
 def test_same_seed_same_world() -> None:
     """A world is the same on every run of the same seed."""
-    first, second = simulate(world()), simulate(world())
+    first, second = run(world()), run(world())
     assert all(np.array_equal(a[2], b[2]) for a, b in zip(first.series, second.series, strict=True))
 
 
@@ -198,12 +175,19 @@ def test_same_seed_same_world() -> None:
 def test_incident_spec_errors_say_what_to_write(spec: str, error: str) -> None:
     """A wrong --incident names what is wrong."""
     with pytest.raises(ValueError, match=error):
-        Incident.parse(spec)
+        parse_incident(spec)
+
+
+def test_unknown_incident_lists_the_kinds_the_detectors_react_to() -> None:
+    """The kinds come from the registered detectors' components, then the core's coverage."""
+    kinds = "latency, regeneration, faithfulness, evaluation, false_exclusion, coverage, all"
+    with pytest.raises(ValueError, match=f"one of {kinds}"):
+        parse_incident("outage:1d:1h")
 
 
 def test_incident_all_is_every_kind() -> None:
     """``all`` degrades every rate at once."""
-    assert set(Incident.parse("all:8d14h:6h").kinds) == {
+    assert set(parse_incident("all:8d14h:6h").kinds) == {
         "faithfulness",
         "regeneration",
         "false_exclusion",
@@ -217,12 +201,12 @@ def test_evaluation_incident_drops_the_pass_share_of_a_sampled_evaluation() -> N
     """answer_relevancy at 2% of the requests: about 98% of the judged pass at a mean score
     of 0.9 (threshold 0.7, sd 0.1), about 16% during an evaluation incident (mean 0.6);
     1% of the judged are errors, and the judged are about 2% of the requests."""
-    evaluation = SimulatedEvaluation("answer_relevancy", 0.02, score_min=0.7)
-    samples = simulate(world(incidents=[Incident.parse("evaluation:1d:1d")],
-                             evaluations=(evaluation,)))  # fmt: skip
+    evaluation = {"answer_relevancy": {"score_min": 0.7, "sample_rate": 0.02}}
+    samples = run(world(incidents=[parse_incident("evaluation:1d:1d")]),
+                  {"evaluations": {"evaluations": evaluation}})  # fmt: skip
     requests = np.diff(counter(samples, "rag_requests_total"), prepend=0)
 
-    def results(outcome: str) -> np.ndarray:
+    def results(outcome: str) -> NDArray[np.float64]:
         name = evaluations.RESULTS_TOTAL
         return np.diff(counter(samples, name, evaluation="answer_relevancy", outcome=outcome),
                        prepend=0)  # fmt: skip
@@ -243,11 +227,11 @@ def test_evaluation_incident_drops_the_pass_share_of_a_sampled_evaluation() -> N
 def test_coverage_incident_leaves_requests_without_contexts() -> None:
     """A coverage incident: every request of its hours lacks contexts, 1% before; the
     other watched fields stay at 1% and present + missing add up to the requests."""
-    incident = Incident.parse("coverage:1d14h:2h")
-    samples = simulate(world(incidents=[incident], fields=("answer", "contexts")))
+    incident = parse_incident("coverage:1d14h:2h")
+    samples = run(world(incidents=[incident]), fields=("answer", "contexts"))
     requests = np.diff(counter(samples, "rag_requests_total"), prepend=0)
 
-    def missing(field: str) -> np.ndarray:
+    def missing(field: str) -> NDArray[np.float64]:
         return np.diff(counter(samples, FIELDS_TOTAL, field=field, present="false"), prepend=0)
 
     present = np.diff(counter(samples, FIELDS_TOTAL, field="contexts", present="true"), prepend=0)

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from alerts.reference import REGENERATE, configuration_page, render_pages
+from alerts.reference import REGENERATE, configuration_page, metric_families, render_pages
 from alerts.rules import render_rules
 from monitor.config import Config, config_keys
 from tests.conftest import REPO
@@ -29,6 +29,25 @@ def test_committed_reference_page_is_current(name: str) -> None:
     """Each generated page under docs/pages/reference equals what the generator writes now."""
     committed = (GENERATED / name).read_text(encoding="utf-8")
     assert committed == render_pages()[name], f"regenerate it: {REPO}$ {REGENERATE}"
+
+
+@pytest.mark.parametrize(
+    ("family", "owner"),
+    [
+        ("rag_review_verdicts_total", "review"),
+        ("rag_faithfulness_precision_info", "faithfulness"),
+        ("rag_judge_requests_total", "faithfulness"),
+        ("rag_judge_tokens_total", "faithfulness"),
+        ("rag_judge_cost_usd_total", "faithfulness"),
+        ("rag_judge_claims_total", "faithfulness"),
+        ("rag_judge_claims_cut_total", "faithfulness"),
+    ],
+    ids=str,
+)
+def test_metrics_reference_lists_families_declared_once_running(family: str, owner: str) -> None:
+    """Families a component declares only once it runs (the review page started, the HHEM
+    model loaded, an LLM judge configured) are listed, under the detector declaring them."""
+    assert metric_families()[family] == [owner]
 
 
 def test_every_key_is_listed_under_its_own_section() -> None:

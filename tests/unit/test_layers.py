@@ -1,6 +1,6 @@
 """Imports go one way: the core imports no component; components import only the core; the
 demo, an application on top, imports the core and the rules ``alerts`` generates. Modules
-and functions stay small, and the core's metric names are spelled once."""
+and functions stay small, and every metric name is spelled once, in a names.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from monitor import names
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("monitor", "collectors", "detectors", "alerts", "demo")
@@ -120,8 +118,8 @@ PROSE_KEYWORDS = ("description", "help", "hint", "note")
 
 def _code_strings(source: str) -> Iterator[tuple[int, str]]:
     """Every string literal of ``source`` (f-strings' fixed parts too) but its prose, which
-    may name a metric: docstrings, ``description=`` / ``help=`` texts and log lines'
-    ``hint=`` / ``note=``."""
+    may name a metric: docstrings, ``description=`` / ``help=`` texts, log lines'
+    ``hint=`` / ``note=`` and the messages of raised errors."""
     tree = ast.parse(source)
     prose: set[int] = set()
     for node in ast.walk(tree):
@@ -131,35 +129,85 @@ def _code_strings(source: str) -> Iterator[tuple[int, str]]:
                 prose.add(id(first.value))
         elif isinstance(node, ast.keyword) and node.arg in PROSE_KEYWORDS:
             prose.update(id(part) for part in ast.walk(node.value))
+        elif isinstance(node, ast.Raise) and node.exc is not None:
+            prose.update(id(part) for part in ast.walk(node.exc))
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
             yield node.lineno, node.value
 
 
-def _core_name_pattern() -> re.Pattern[str]:
-    """Any metric name ``monitor/names.py`` spells, a counter with or without ``_total``."""
-    spelled = [value for key, value in vars(names).items() if key.isupper()]
+# A metric family's name as a names.py spells it; recording rules (``rag:...``) and
+# selectors (``name{label="value"}``) are not families.
+FAMILY = re.compile(r"rag_[a-z0-9_]+")
+# What prometheus_client appends to a family's name on its samples.
+SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_info")
+
+
+def _names_modules() -> list[Path]:
+    """Every ``names.py`` of the packages: the core's, the collectors', each detector's."""
+    return [path for package in PACKAGES for path in sorted((ROOT / package).rglob("names.py"))]
+
+
+def _spelled_names(path: Path) -> set[str]:
+    """The metric family names a ``names.py`` spells as module-level string constants."""
+    found = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+        text = value.value if isinstance(value, ast.Constant) else None
+        if isinstance(text, str) and FAMILY.fullmatch(text):
+            found.add(text)
+    return found
+
+
+def _metric_names() -> set[str]:
+    return {name for path in _names_modules() for name in _spelled_names(path)}
+
+
+def _name_pattern(spelled: set[str]) -> re.Pattern[str]:
+    """Any of the ``spelled`` names, a counter with or without ``_total``, a histogram's
+    samples with their suffix."""
     bases = sorted({name.removesuffix("_total") for name in spelled}, key=len, reverse=True)
-    return re.compile(rf"(?<![\w:])(?:{'|'.join(map(re.escape, bases))})(?:_total)?(?!\w)")
+    suffixes = "|".join(SUFFIXES)
+    return re.compile(rf"(?<![\w:])(?:{'|'.join(map(re.escape, bases))})(?:{suffixes})?(?!\w)")
 
 
 def _spellings(source: str) -> list[tuple[int, str]]:
-    pattern = _core_name_pattern()
+    pattern = _name_pattern(_metric_names())
     return [
         (line, found[0]) for line, text in _code_strings(source) if (found := pattern.search(text))
     ]
 
 
-def test_core_metric_names_are_spelled_only_in_monitor_names() -> None:
-    """No module but monitor/names.py spells a core metric name in code (prose may name it)."""
+def test_metric_names_are_spelled_only_in_names_modules() -> None:
+    """No module but a names.py (the core's, the collectors', a detector's) spells a metric
+    family name in code (prose may name it): one spelling that the metrics, the rules, the
+    panels and the backtest's simulated series all import."""
     found = []
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
-            if path == ROOT / "monitor" / "names.py":
-                continue
-            for line, name in _spellings(path.read_text(encoding="utf-8")):
-                found.append(f"{path.relative_to(ROOT)}:{line}: {name}")
+            if path.name != "names.py":
+                for line, name in _spellings(path.read_text(encoding="utf-8")):
+                    found.append(f"{path.relative_to(ROOT)}:{line}: {name}")
     assert found == []
+
+
+def test_every_declared_family_is_spelled_in_a_names_module() -> None:
+    """Every family the metrics reference lists (the sidecar with every detector on, and
+    the families components declare only once they run) is spelled in a names.py, so the
+    check above sees it."""
+    from alerts.reference import metric_families
+
+    assert sorted(set(metric_families()) - _metric_names()) == []
+
+
+def test_each_metric_name_is_spelled_once() -> None:
+    """No two names.py files spell the same family: a name read by another component is
+    the core's (monitor/names.py)."""
+    owners: dict[str, list[str]] = {}
+    for path in _names_modules():
+        for name in _spelled_names(path):
+            owners.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in owners.items() if len(paths) > 1} == {}
 
 
 @pytest.mark.parametrize(
@@ -174,6 +222,10 @@ def test_core_metric_names_are_spelled_only_in_monitor_names() -> None:
         ('LOGGER = "rag_monitor.pipeline"\n', []),
         ('OTHER = "rag_requests_total_by_model"\n', []),
         ('RULE = "rag:rag_requests_total:rate5m"\n', []),
+        ('Gauge("rag_drift_p_value", "help")\n', [(1, "rag_drift_p_value")]),
+        ('q = "sum(rate(rag_retrieval_recall_sum[5m]))"\n', [(1, "rag_retrieval_recall_sum")]),
+        ('raise ValueError("not a bound of rag_stage_latency_seconds")\n', []),
+        ('COOKIE = "rag_review_session"\n', []),
     ],
     ids=[
         "constant",
@@ -185,8 +237,12 @@ def test_core_metric_names_are_spelled_only_in_monitor_names() -> None:
         "logger name",
         "longer name",
         "recording rule",
+        "a detector's name",
+        "histogram sample",
+        "error message",
+        "not a metric",
     ],
 )
 def test_the_name_check_itself(source: str, spelled: list[tuple[int, str]]) -> None:
-    """The check finds a core name in code and f-strings, not in prose or other names."""
+    """The check finds a metric name in code and f-strings, not in prose or other names."""
     assert _spellings(source) == spelled

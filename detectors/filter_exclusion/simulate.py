@@ -1,0 +1,23 @@
+"""The filter-exclusion detector's series in ``rag-monitor rules backtest --simulate``: one
+labelled query a minute, 0.01 of them falsely excluded, 0.06 during a ``false_exclusion``
+incident."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from monitor.names import ELIGIBLE_QUERIES_TOTAL, FALSE_EXCLUSIONS_TOTAL
+from monitor.rulekit.simulation import SimulatedWorld
+
+HEALTHY_FALSE_EXCLUSION = 0.01
+INCIDENT_FALSE_EXCLUSION = 0.06
+
+
+def series(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
+    """Eligible labelled queries and false exclusions each minute."""
+    labelled = np.ones(world.steps, dtype=np.int64)
+    world.samples.add(ELIGIBLE_QUERIES_TOTAL, world.labels, labelled)
+    share = world.rate("false_exclusion", HEALTHY_FALSE_EXCLUSION, INCIDENT_FALSE_EXCLUSION)
+    world.samples.add(FALSE_EXCLUSIONS_TOTAL, world.labels, world.rng.binomial(labelled, share))

@@ -1,0 +1,157 @@
+"""The synthetic world of ``rag-monitor rules backtest --simulate``: the contract between the
+simulator (``alerts/simulate.py``) and the components that write their series into it.
+
+A world is a minute grid (``STEP_S``) of diurnal traffic: the expected requests a minute
+follow a cosine from a night trough at 02:00 UTC (a twentieth of the peak) to a day peak
+at 14:00, scaled so a day holds ``requests_per_day``, and the requests drawn are Poisson
+around it. Incidents degrade a kind of behaviour for a span of minutes; each kind belongs
+to the component that reacts to it (``DetectorComponent.incidents``). A component's
+``simulate`` reads the world's requests, its incident windows and its own generator,
+seeded from the world's seed and its name (so a world is the same on every run, and a
+component's draws do not change with the others installed), and adds its counters, named
+and labelled as its detector exports them (``job``, ``instance``,
+``variant="production"``), so the generated rules read them as they read production.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from monitor.durations import parse_duration
+
+STEP_S = 60  # the world's scrape interval: every counter is sampled once a minute
+TROUGH_SHARE = 1 / 20  # the night trough's traffic over the day peak's
+TROUGH_HOUR = 2.0  # UTC; the peak is twelve hours later
+SIMULATED_INSTANCE = "simulated:9464"
+# 2026-01-05 is a Monday: week-of-year seasonality lines up with the calendar.
+DEFAULT_START_S = 1_767_571_200
+
+
+@dataclass(frozen=True)
+class Incident:
+    """Kinds of degradation from ``start_s`` (seconds after the world's start) for
+    ``duration_s``."""
+
+    kinds: tuple[str, ...]
+    start_s: float
+    duration_s: float
+    spec: str
+
+    @classmethod
+    def parse(cls, spec: str, known: Sequence[str]) -> Incident:
+        """``kind[,kind...]:start:duration``, e.g. ``latency,regeneration:8d14h:2h``, of
+        the ``known`` kinds; the kind ``all`` is every kind."""
+        parts = spec.split(":")
+        if len(parts) != 3:
+            raise ValueError(f"incident {spec!r}: write kind:start:duration, like latency:8d14h:2h")
+        words = tuple(known) if parts[0] == "all" else tuple(parts[0].split(","))
+        unknown = [word for word in words if word not in known]
+        if unknown:
+            choices = ", ".join((*known, "all"))
+            raise ValueError(f"incident {spec!r}: unknown kind {unknown[0]!r} (one of {choices})")
+        kinds = tuple(kind for kind in known if kind in words)
+        return cls(kinds, parse_duration(parts[1]), parse_duration(parts[2]), spec)
+
+
+@dataclass(frozen=True)
+class World:
+    """What to simulate: traffic, incidents, the seed, and the scrape target's labels."""
+
+    requests_per_day: float
+    duration_s: float
+    incidents: Sequence[Incident] = ()
+    seed: int = 0
+    job: str = "rag-monitor"
+    start_s: int = DEFAULT_START_S
+
+    @property
+    def steps(self) -> int:
+        return int(self.duration_s // STEP_S)
+
+
+@dataclass
+class Samples:
+    """Cumulative counter series on one time grid (seconds since the epoch)."""
+
+    timestamps: NDArray[np.int64]
+    series: list[tuple[str, dict[str, str], NDArray[np.float64]]] = field(default_factory=list)
+
+    def add(self, name: str, labels: dict[str, str], per_step: NDArray[Any]) -> None:
+        """Add a counter from its increments per step."""
+        self.series.append((name, labels, np.cumsum(per_step)))
+
+    def add_gauge(self, name: str, labels: dict[str, str], values: NDArray[np.float64]) -> None:
+        self.series.append((name, labels, values))
+
+
+def diurnal_expected(world: World, minutes: NDArray[np.int64]) -> NDArray[np.float64]:
+    """Expected requests in each minute: a cosine between trough and peak, scaled so a
+    day holds ``requests_per_day``."""
+    hour = ((world.start_s + minutes * STEP_S) % 86_400) / 3600
+    shape = (
+        TROUGH_SHARE + (1 - TROUGH_SHARE) * (1 - np.cos(2 * np.pi * (hour - TROUGH_HOUR) / 24)) / 2
+    )
+    mean_shape = (1 + TROUGH_SHARE) / 2
+    per_minute: NDArray[np.float64] = shape * world.requests_per_day / (1440 * mean_shape)
+    return per_minute
+
+
+@dataclass
+class SimulatedWorld:
+    """What a component's ``simulate`` reads and writes: the requests drawn each minute,
+    the incidents, its generator (``of``), and the samples."""
+
+    world: World
+    requests: NDArray[np.int64]
+    rng: np.random.Generator
+    samples: Samples
+
+    @classmethod
+    def start(cls, world: World) -> SimulatedWorld:
+        """The world's grid and its diurnal requests (the generator's first draw)."""
+        rng = np.random.default_rng(world.seed)
+        minutes = np.arange(world.steps, dtype=np.int64)
+        requests = rng.poisson(diurnal_expected(world, minutes))
+        return cls(world, requests, rng, Samples(world.start_s + minutes * STEP_S))
+
+    @property
+    def steps(self) -> int:
+        return len(self.requests)
+
+    @property
+    def target(self) -> dict[str, str]:
+        """The scrape target's labels (``job``, ``instance``)."""
+        return {"job": self.world.job, "instance": SIMULATED_INSTANCE}
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The labels of a detector's production series: the target's and the variant."""
+        return {**self.target, "variant": "production"}
+
+    def of(self, owner: str) -> SimulatedWorld:
+        """The same world with ``owner``'s own generator, seeded from the world's seed and
+        its name: a component's draws do not depend on which other components are
+        installed, or on their order."""
+        rng = np.random.default_rng([self.world.seed, zlib.crc32(owner.encode())])
+        return SimulatedWorld(self.world, self.requests, rng, self.samples)
+
+    def during(self, kind: str) -> NDArray[np.bool_]:
+        """The minutes in which an incident of ``kind`` is on."""
+        on = np.zeros(self.steps, dtype=bool)
+        for incident in self.world.incidents:
+            if kind in incident.kinds:
+                first = int(incident.start_s // STEP_S)
+                last = math.ceil((incident.start_s + incident.duration_s) / STEP_S)
+                on[first:last] = True
+        return on
+
+    def rate(self, kind: str, healthy: float, degraded: float) -> NDArray[np.float64]:
+        """A true rate per minute: ``healthy``, but ``degraded`` during ``kind``'s incidents."""
+        return np.where(self.during(kind), degraded, healthy).astype(float)
