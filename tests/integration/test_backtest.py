@@ -74,10 +74,13 @@ def minutes_to_fire(report: dict[str, Any], signal: str) -> float | None:
 
 @pytest.mark.parametrize("requests_per_day", SIZES, ids=SIZE_IDS)
 def test_healthy_world_stays_within_the_false_alert_budget(requests_per_day: int) -> None:
-    """Two healthy weeks after a warm-up week: page alerts fire at most 0.5 times a week,
-    ticket alerts at most once."""
-    report = backtest("--simulate", "--requests-per-day", str(requests_per_day))
-    assert report["weeks"] == pytest.approx(2, abs=0.01)
+    """Eight healthy weeks after a warm-up week: page alerts fire at most 0.5 times a week,
+    ticket alerts at most once. Eight, not two: a budget is a long-run rate, and two weeks
+    hold about 2 expected firings of a ticket at budget, too few to tell 1 a week from 1.5."""
+    report = backtest(
+        "--simulate", "--requests-per-day", str(requests_per_day), "--evaluate", "56d"
+    )
+    assert report["weeks"] == pytest.approx(8, abs=0.01)
     noisy = {
         f"{row['alert']} {row['severity']}": row["firings_per_week"]
         for row in report["alerts"]
