@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from monitor.components import DetectorComponent
-from monitor.config import Config, GuardrailsConfig
+from monitor.config import Config, GuardrailsConfig, detector_section
 from monitor.coverage import REQUEST
 from monitor.names import (
     DERIVED_DOCUMENT_IDS_TOTAL,
@@ -38,8 +38,7 @@ def needed_fields(config: Config, components: Sequence[DetectorComponent]) -> li
     """The fields the configured detectors read, in a stable order."""
     needed: set[str] = set()
     for component in components:
-        section = getattr(config.detectors, component.name, None)
-        needed.update(component.fields(section or component.config_model(), config.guardrails))
+        needed.update(component.fields(detector_section(config, component), config.guardrails))
     return sorted(needed)
 
 

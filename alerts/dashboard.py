@@ -18,9 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from alerts import coverage, health
-from alerts.rules import component_section
 from monitor.components import DetectorComponent, load_collectors, load_components
-from monitor.config import Config, collector_section
+from monitor.config import Config, collector_section, detector_section
 from monitor.names import RELEASE_FIRST_SEEN, REQUESTS_TOTAL
 from monitor.rulekit.fragments import Annotation, Panel, Row
 from monitor.rulekit.promql import JOB, PRODUCTION_VARIANT
@@ -96,7 +95,7 @@ def dashboard_rows(
     rows = [
         row
         for component in chosen
-        for row in component.rows(component_section(config, component), config.guardrails)
+        for row in component.rows(detector_section(config, component), config.guardrails)
     ]
     collectors = [
         row

@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 
 from monitor.cli import build_parser
 from monitor.components import BuildContext, load_components
-from monitor.config import Config, config_keys
+from monitor.config import Config, config_keys, detector_section
 from monitor.sidecar import Sidecar
 
 REGENERATE = "rag-monitor docs reference --out docs/pages/reference"
@@ -188,8 +188,7 @@ def _declared_by_detector(config: Config) -> dict[str, list[str]]:
     for component in load_components():
         registry = _RecordingRegistry()
         context = BuildContext(registry=registry, state_dir=config.service.state_dir, root=config)
-        section = getattr(config.detectors, component.name, None)
-        detector = component.build(section or component.config_model(), context)
+        detector = component.build(detector_section(config, component), context)
         detector.shutdown()
         component.late_metrics(registry)
         for name, *_ in _families(registry):

@@ -28,16 +28,11 @@ import yaml
 
 from alerts import coverage, health
 from monitor.components import DetectorComponent, load_collectors, load_components
-from monitor.config import Config, collector_section
+from monitor.config import Config, collector_section, detector_section
 from monitor.rulekit.evidence import derivation_header
 from monitor.rulekit.fragments import RuleFragment
 
 RULE_FILE = "rules.yaml"  # the name the promtool test files load (``rule_files:``)
-
-
-def component_section(config: Config, component: DetectorComponent) -> Any:
-    """The component's validated section under ``detectors:`` (None when it has none)."""
-    return getattr(config.detectors, component.name, None)
 
 
 def rule_fragments(
@@ -46,7 +41,7 @@ def rule_fragments(
     """(owner, fragment) for every detector component by ``order``, every collector
     component by ``order``, then the sidecar's own."""
     chosen = load_components() if components is None else components
-    fragments = [(c.name, c.rules(component_section(config, c), config.guardrails)) for c in chosen]
+    fragments = [(c.name, c.rules(detector_section(config, c), config.guardrails)) for c in chosen]
     collectors = [
         (c.name, c.rules(collector_section(config, c), config.guardrails))
         for c in load_collectors()

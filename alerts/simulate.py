@@ -20,7 +20,7 @@ import numpy as np
 from alerts.backtest_command import COVERAGE
 from alerts.scratch import write_openmetrics_series
 from monitor.components import load_components
-from monitor.config import Config
+from monitor.config import Config, detector_section
 from monitor.coverage import DEFAULT_INSTRUMENTATIONS
 from monitor.names import FIELDS_TOTAL, REQUESTS_TOTAL
 from monitor.rulekit.simulation import Samples, SimulatedWorld, World
@@ -38,9 +38,8 @@ def simulate(world: World, config: Config, fields: Sequence[str] = ()) -> Sample
     samples.add_gauge("up", simulated.target, np.ones(simulated.steps))  # scraped throughout
     samples.add(REQUESTS_TOTAL, {**simulated.labels, "source": "otlp"}, requests)
     for component in load_components():
-        section = getattr(config.detectors, component.name, None)
         own = simulated.of(component.name)
-        component.simulate(section or component.config_model(), config.guardrails, own)
+        component.simulate(detector_section(config, component), config.guardrails, own)
     coverage = simulated.of(COVERAGE)
     contexts = coverage.rate(COVERAGE, FIELD_MISSING, 1.0)
     for name in fields:

@@ -28,7 +28,12 @@ from pydantic import (
 )
 from pydantic_core import CoreSchema
 
-from monitor.components import CollectorComponent, load_collectors, load_components
+from monitor.components import (
+    CollectorComponent,
+    DetectorComponent,
+    load_collectors,
+    load_components,
+)
 from monitor.coverage import DEFAULT_INSTRUMENTATIONS, MAX_INSTRUMENTATIONS
 from monitor.guardrails import GuardrailsConfig as GuardrailsConfig  # noqa: PLC0414 (re-exported)
 from monitor.kafka_connection import KafkaConnection
@@ -251,6 +256,11 @@ def _moved_keys(raw: Mapping[str, Any]) -> Iterator[str]:
             node = node.get(key) if isinstance(node, Mapping) else None
         if node is not None:
             yield f"{old}: moved to {new} (docs: Changes)"
+
+
+def detector_section(config: Config, component: DetectorComponent) -> Any:
+    """The component's validated ``detectors:`` section (its defaults without settings)."""
+    return getattr(config.detectors, component.name, None) or component.config_model()
 
 
 def collector_section(config: Config, component: CollectorComponent) -> Any:

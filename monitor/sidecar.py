@@ -22,7 +22,7 @@ from monitor.components import (
     load_components,
     write_token,
 )
-from monitor.config import Config, collector_section, kafka_connection
+from monitor.config import Config, collector_section, detector_section, kafka_connection
 from monitor.detector import Detector
 from monitor.http.endpoints import ComponentsUp, MetricsServer, Readiness
 from monitor.intake import TraceAssembly
@@ -57,8 +57,7 @@ def build_detectors(
     detectors = []
     for component in load_components():
         # A component without settings has no key under ``detectors:``.
-        section = getattr(config.detectors, component.name, None)
-        detectors.append(component.build(section or component.config_model(), context))
+        detectors.append(component.build(detector_section(config, component), context))
     return detectors
 
 

@@ -34,7 +34,7 @@ from detectors.shadow.model import PairOutcome, half_of, paired_deltas
 from detectors.slices.config import SlicesConfig
 from detectors.slices.detector import SlicesDetector
 from monitor.components import load_components
-from monitor.config import Config
+from monitor.config import Config, detector_section
 from monitor.names import MISSING_INPUTS_TOTAL
 from monitor.sidecar import build_detectors
 from monitor.trace import STAGES, Context, Event, ExclusionOutcome, Label, RagTrace, Usage
@@ -326,7 +326,7 @@ def test_each_detector_counts_missing_exactly_the_fields_its_component_names(
         (component.name, field)
         for component in load_components()
         for field in component.fields(
-            getattr(config.detectors, component.name, None) or component.config_model(),
+            detector_section(config, component),
             config.guardrails,
         )
     }
