@@ -159,12 +159,9 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
 
 
 def decode_otlp_proto(body: bytes) -> DecodedSpans:
-    """Decode an OTLP ``ExportTraceServiceRequest`` in protobuf encoding."""
-    return spans_from_request(parse_proto(ExportTraceServiceRequest, body))
-
-
-def spans_from_request(request: ExportTraceServiceRequest) -> DecodedSpans:
-    """Validate and convert the spans of an already parsed request."""
+    """Decode an OTLP ``ExportTraceServiceRequest`` in protobuf encoding (OTLP/HTTP, gRPC,
+    Kafka); undecodable, it raises PayloadError."""
+    request = parse_proto(ExportTraceServiceRequest, body)
     decoded = DecodedSpans()
     keep = decoded.spans.append  # bound once: this loop runs for every span
     for resource_spans in request.resource_spans:

@@ -25,16 +25,14 @@ from typing import TypeVar
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
-from google.protobuf.message import DecodeError
 from google.rpc.error_details_pb2 import RetryInfo
 from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
-from collectors.otlp import PayloadError, spans_from_request
+from collectors.otlp import PayloadError, decode_otlp_proto
 from collectors.otlp_config import OtlpConfig
 from collectors.otlp_logs import decode_logs_proto
 from monitor.http.inflight import OTLP_DECODE_FACTOR, ByteBudget, shared_budget
@@ -91,11 +89,10 @@ class _TraceService:
     def _export(self, message: bytes, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
         metrics = self._pipeline.metrics
         try:
-            request = ExportTraceServiceRequest.FromString(message)
-        except DecodeError:
+            decoded = decode_otlp_proto(message)
+        except PayloadError:
             metrics.count_record("otlp", "invalid")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "undecodable ExportTraceServiceRequest")
-        decoded = spans_from_request(request)
         if decoded.rejected:
             metrics.rejected_spans.labels("otlp").inc(decoded.rejected)
             if not decoded.spans:
