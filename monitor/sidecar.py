@@ -54,11 +54,10 @@ def build_detectors(
         token=write_token(config.service.auth_token_env),
         kafka=kafka_connection(config),
     )
-    detectors = []
-    for component in load_components():
-        # A component without settings has no key under ``detectors:``.
-        detectors.append(component.build(detector_section(config, component), context))
-    return detectors
+    return [
+        component.build(detector_section(config, component), context)
+        for component in load_components()
+    ]
 
 
 class Sidecar:
