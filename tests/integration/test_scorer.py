@@ -1,6 +1,8 @@
 """Judging off the pod on a real broker: sidecars in ``judge_location: kafka`` publish
 sampled pairs, ``rag-monitor score`` processes judge them with a tiny HHEM checkpoint,
-and the scores come back to every sidecar as JudgeScore events."""
+and the scores come back to every sidecar as JudgeScore events; with the LLM judge (a fake
+model server at the network boundary), answers it gives no score come back as
+UnscoredAnswer events with their outcome."""
 
 from __future__ import annotations
 
@@ -10,16 +12,19 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 import pytest
 
 from detectors.faithfulness.scorer import MAX_POLL_RECORDS
 from detectors.review.detector import ReviewDetector
+from monitor.detector import InlineDetector
 from monitor.sampler import trace_fraction
 from monitor.sidecar import Sidecar
+from monitor.trace import Event, JudgeScore, RagTrace, UnscoredAnswer
 from tests.conftest import REPO, SidecarProcess, sample, unique, wait_until
+from tests.fake_openai import FakeOpenAI, Script, fake_openai
 from tests.hhem_checkpoint import build_checkpoint
 from tests.integration.conftest import (
     Broker,
@@ -290,3 +295,96 @@ def test_four_sidecars_meet_one_floor_per_service(
     random = published(sidecars, stratum="random")
     assert 100 <= judged - random <= 110, judged
     assert judged + shed + again == published(sidecars, outcome="ok")
+
+
+class Verdicts(InlineDetector):
+    """An extra detector recording each verdict event: a score, or the outcome of an
+    answer settled without one."""
+
+    name: ClassVar[str] = "verdicts"
+
+    def __init__(self) -> None:
+        self.seen: dict[str, float | str] = {}
+
+    def observe(self, trace: RagTrace) -> None:
+        del trace
+
+    def observe_event(self, event: Event) -> None:
+        if isinstance(event, JudgeScore):
+            self.seen[event.trace_id] = event.score
+        elif isinstance(event, UnscoredAnswer):
+            self.seen[event.trace_id] = event.outcome
+
+
+# An LLM judge's answers, scripted at the fake model server: claims with verdicts, faults
+# in turn (see tests/fake_openai.py), and the verdict the sidecar must receive.
+LLM_CASES: dict[str, tuple[dict[str, bool], list[str], float | str]] = {
+    "Refunds take 30 days and staff are kind.": (
+        {"Refunds take 30 days.": True, "Staff are kind.": False}, [], 0.5,
+    ),
+    "Happy to help!": ({}, [], "no_claims"),
+    "The reply is not JSON.": ({"A claim.": True}, ["malformed"], "error"),
+    "The server fails twice.": ({"B claim.": True}, ["500", "500"], "error"),
+}  # fmt: skip
+KEY_ENV = "RAG_MONITOR_TEST_JUDGE_KEY"
+
+
+@pytest.fixture
+def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
+    """The fake model server, and its key in the environment the scorer process inherits."""
+    monkeypatch.setenv(KEY_ENV, "sk-test-judge")
+    script = Script(
+        {answer: list(claims) for answer, (claims, _, _) in LLM_CASES.items()},
+        {claim: v for claims, _, _ in LLM_CASES.values() for claim, v in claims.items()},
+        {answer: list(faults) for answer, (_, faults, _) in LLM_CASES.items()},
+    )
+    with fake_openai(script) as server:
+        yield server
+
+
+def test_an_answer_the_scorer_could_not_score_reaches_the_sidecar_with_its_outcome(
+    broker: Broker,
+    start_sidecar: StartSidecar,
+    scorers: Callable[[dict[str, Any], int], list[ScorerProcess]],
+    llm_server: FakeOpenAI,
+) -> None:
+    """A scorer process judging with the LLM judge: a scored answer comes back to the
+    sidecar as its score, one without claims as no_claims, and a malformed reply or a
+    server failing every try as error; the scorer counts each outcome once."""
+    topics = setup_topics(broker, 1)
+    section = {
+        "judge_location": "kafka",
+        "judge": "openai_compatible",
+        "sample_rate": 1.0,
+        "max_per_second": 10_000,
+        "min_scored_per_hour": 0,
+        "llm_judge": {
+            "endpoint": llm_server.endpoint, "model": "fake-judge", "api_key_env": KEY_ENV,
+            "timeout_s": 0.5, "max_retries": 1,
+        },
+        "remote": {
+            "requests_topic": topics["requests"], "results_topic": topics["results"],
+            "group_id": topics["group"],
+        },
+    }  # fmt: skip
+    sections = roles(broker, topics, section)
+    [scorer] = scorers(sections, 1)
+    verdicts = Verdicts()
+    sidecar = start_sidecar([verdicts], **sections)
+    wait_until(functools.partial(ready, sidecar), 60)
+    wait_partitions([scorer], 4)
+    expected = {}
+    for answer, (_, _, verdict) in LLM_CASES.items():
+        [(tid, value)] = traces(1, answer=answer)
+        broker.produce(topics["traces"], [value])
+        expected[tid] = verdict
+
+    wait_until(lambda: verdicts.seen.keys() == expected.keys(), 60, 0.2)
+    assert verdicts.seen == expected
+    assert sample(sidecar.registry, "rag_judge_published_total", outcome="ok") == 4
+    counted = {
+        outcome: scorer.metric("rag_faithfulness_evaluations_total", outcome=outcome)
+        for outcome in ("scored", "no_claims", "error")
+    }
+    assert counted == {"scored": 1, "no_claims": 1, "error": 2}
+    assert len(llm_server.requests_for("The server fails twice.")) == 2  # one retry
