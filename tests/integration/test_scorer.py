@@ -19,12 +19,11 @@ import pytest
 
 from detectors.faithfulness.scorer import MAX_POLL_RECORDS
 from detectors.review.detector import ReviewDetector
-from monitor.detector import InlineDetector
 from monitor.sampler import trace_fraction
 from monitor.sidecar import Sidecar
-from monitor.trace import Event, JudgeScore, RagTrace, UnscoredAnswer
+from monitor.trace import Event, UnscoredAnswer
 from tests.conftest import REPO, SidecarProcess, sample, unique, wait_until
-from tests.fake_openai import FakeOpenAI, Script, fake_openai
+from tests.fake_openai import FakeOpenAI, fake_openai
 from tests.hhem_checkpoint import build_checkpoint
 from tests.integration.conftest import (
     Broker,
@@ -32,6 +31,8 @@ from tests.integration.conftest import (
     rag_trace,
     trace_id,
 )
+from tests.integration.test_llm_judge import CASES, KEY, KEY_ENV, script
+from tests.integration.test_llm_judge import settings as llm_judge_settings
 from tests.integration.test_review_sidecar import JudgeScores
 
 pytestmark = pytest.mark.integration
@@ -80,15 +81,10 @@ def setup_topics(broker: Broker, sidecars: int) -> dict[str, str]:
     return names | {"group": unique("scorers")}
 
 
-def faithfulness(tmp_path: Path, topics: dict[str, str], **settings: Any) -> dict[str, Any]:
-    """``detectors.faithfulness`` in kafka mode on a tiny checkpoint, shared by all roles."""
-    checkpoint = tmp_path / "hhem" / "hhem"
-    if not checkpoint.exists():
-        assert build_checkpoint(tmp_path / "hhem")[0] == checkpoint
+def kafka_judging(topics: dict[str, str], **settings: Any) -> dict[str, Any]:
+    """``detectors.faithfulness`` in kafka mode on ``topics``, shared by all roles."""
     return {
         "judge_location": "kafka",
-        "model": str(checkpoint),
-        "precision": "fp32",
         "max_per_second": 10_000,
         "min_scored_per_hour": 0,
         "remote": {
@@ -98,6 +94,14 @@ def faithfulness(tmp_path: Path, topics: dict[str, str], **settings: Any) -> dic
         },
         **settings,
     }
+
+
+def faithfulness(tmp_path: Path, topics: dict[str, str], **settings: Any) -> dict[str, Any]:
+    """``kafka_judging`` with HHEM on a tiny checkpoint."""
+    checkpoint = tmp_path / "hhem" / "hhem"
+    if not checkpoint.exists():
+        assert build_checkpoint(tmp_path / "hhem")[0] == checkpoint
+    return kafka_judging(topics, model=str(checkpoint), precision="fp32", **settings)
 
 
 def roles(broker: Broker, topics: dict[str, str], section: dict[str, Any]) -> dict[str, Any]:
@@ -275,7 +279,7 @@ def test_four_sidecars_meet_one_floor_per_service(
         topics,
         sample_rate=0.0001,
         min_scored_per_hour=18_000,
-        remote={**faithfulness(tmp_path, topics)["remote"], "floor_window_s": 20},
+        remote={**kafka_judging(topics)["remote"], "floor_window_s": 20},
     )
     sections = roles(broker, topics, section)
     pool = scorers(sections, 2)
@@ -297,48 +301,39 @@ def test_four_sidecars_meet_one_floor_per_service(
     assert judged + shed + again == published(sidecars, outcome="ok")
 
 
-class Verdicts(InlineDetector):
-    """An extra detector recording each verdict event: a score, or the outcome of an
-    answer settled without one."""
+class Verdicts(JudgeScores):
+    """``JudgeScores``, and the outcome of each answer settled without a score."""
 
     name: ClassVar[str] = "verdicts"
 
     def __init__(self) -> None:
-        self.seen: dict[str, float | str] = {}
-
-    def observe(self, trace: RagTrace) -> None:
-        del trace
+        super().__init__()
+        self.unscored: dict[str, str] = {}
 
     def observe_event(self, event: Event) -> None:
-        if isinstance(event, JudgeScore):
-            self.seen[event.trace_id] = event.score
-        elif isinstance(event, UnscoredAnswer):
-            self.seen[event.trace_id] = event.outcome
+        super().observe_event(event)
+        if isinstance(event, UnscoredAnswer):
+            self.unscored[event.trace_id] = event.outcome
+
+    def received(self) -> dict[str, float | str]:
+        return {**self.seen, **self.unscored}
 
 
-# An LLM judge's answers, scripted at the fake model server: claims with verdicts, faults
-# in turn (see tests/fake_openai.py), and the verdict the sidecar must receive.
-LLM_CASES: dict[str, tuple[dict[str, bool], list[str], float | str]] = {
-    "Refunds take 30 days and staff are kind.": (
-        {"Refunds take 30 days.": True, "Staff are kind.": False}, [], 0.5,
-    ),
-    "Happy to help!": ({}, [], "no_claims"),
-    "The reply is not JSON.": ({"A claim.": True}, ["malformed"], "error"),
-    "The server fails twice.": ({"B claim.": True}, ["500", "500"], "error"),
-}  # fmt: skip
-KEY_ENV = "RAG_MONITOR_TEST_JUDGE_KEY"
+# Answers scripted at the fake model server (test_llm_judge.CASES): scored, without claims,
+# a malformed reply, and a server failing every try.
+LLM_ANSWERS = (
+    "Refunds take 30 days, shipping is free, returns are easy and staff are kind.",
+    "Happy to help!",
+    "The reply is not JSON.",
+    "The server fails twice.",
+)
 
 
 @pytest.fixture
 def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
     """The fake model server, and its key in the environment the scorer process inherits."""
-    monkeypatch.setenv(KEY_ENV, "sk-test-judge")
-    script = Script(
-        {answer: list(claims) for answer, (claims, _, _) in LLM_CASES.items()},
-        {claim: v for claims, _, _ in LLM_CASES.values() for claim, v in claims.items()},
-        {answer: list(faults) for answer, (_, faults, _) in LLM_CASES.items()},
-    )
-    with fake_openai(script) as server:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    with fake_openai(script()) as server:
         yield server
 
 
@@ -352,35 +347,23 @@ def test_an_answer_the_scorer_could_not_score_reaches_the_sidecar_with_its_outco
     sidecar as its score, one without claims as no_claims, and a malformed reply or a
     server failing every try as error; the scorer counts each outcome once."""
     topics = setup_topics(broker, 1)
-    section = {
-        "judge_location": "kafka",
-        "judge": "openai_compatible",
-        "sample_rate": 1.0,
-        "max_per_second": 10_000,
-        "min_scored_per_hour": 0,
-        "llm_judge": {
-            "endpoint": llm_server.endpoint, "model": "fake-judge", "api_key_env": KEY_ENV,
-            "timeout_s": 0.5, "max_retries": 1,
-        },
-        "remote": {
-            "requests_topic": topics["requests"], "results_topic": topics["results"],
-            "group_id": topics["group"],
-        },
-    }  # fmt: skip
-    sections = roles(broker, topics, section)
+    sections = roles(
+        broker, topics, kafka_judging(topics, **llm_judge_settings(llm_server.endpoint))
+    )
     [scorer] = scorers(sections, 1)
     verdicts = Verdicts()
     sidecar = start_sidecar([verdicts], **sections)
     wait_until(functools.partial(ready, sidecar), 60)
     wait_partitions([scorer], 4)
-    expected = {}
-    for answer, (_, _, verdict) in LLM_CASES.items():
+    expected: dict[str, float | str] = {}
+    for answer in LLM_ANSWERS:
         [(tid, value)] = traces(1, answer=answer)
         broker.produce(topics["traces"], [value])
-        expected[tid] = verdict
+        case = CASES[answer]
+        expected[tid] = case.outcome if case.score is None else case.score
 
-    wait_until(lambda: verdicts.seen.keys() == expected.keys(), 60, 0.2)
-    assert verdicts.seen == expected
+    wait_until(lambda: verdicts.received().keys() == expected.keys(), 60, 0.2)
+    assert verdicts.received() == expected
     assert sample(sidecar.registry, "rag_judge_published_total", outcome="ok") == 4
     counted = {
         outcome: scorer.metric("rag_faithfulness_evaluations_total", outcome=outcome)
