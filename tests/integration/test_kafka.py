@@ -60,6 +60,7 @@ from tests.integration.conftest import (
     Broker,
     ends,
     kafka_settings,
+    log_events,
     rag_trace,
     trace_id,
     traces_topic,
@@ -657,7 +658,8 @@ def test_broker_down_sidecar_process_serves_not_ready_and_sigterm_exits_promptly
     """Nothing on the broker port: /healthz 200, /readyz 503 (kafka false); SIGTERM exits 0 soon."""
     settings = kafka_settings(f"127.0.0.1:{free_port()}", [unique("traces")])
     sidecar = sidecar_process({"collectors": {"kafka": settings}}).start()
-    wait_until(lambda: sidecar.get("/healthz")[0] == 200, timeout=30)
+    # /healthz answers before the receivers listen; "started" is logged once they all do.
+    wait_until(lambda: any(e["event"] == "started" for e in log_events(sidecar)), timeout=30)
     assert_alive_but_not_ready(sidecar.get)
     # SIGTERM lands during the first connection attempt, which kafka-python alone
     # would stretch to 30 s.
