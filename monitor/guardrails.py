@@ -70,6 +70,28 @@ class SLOWindows(Section):
     _pairs = field_validator("page", "ticket")(_two_windows)
 
 
+class ReviewCorrection(Section):
+    window: Duration = Field(
+        "28d",
+        description="how far back random-stratum reviews count toward the corrected pass "
+        "shares and the judge's bias (reviews arrive slowly; Prometheus must keep this much "
+        "history)",
+    )
+    min_random_reviews: int = Field(
+        100,
+        ge=10,
+        description="random-stratum reviews in window before a pass-share page uses the "
+        "corrected bound instead of the judge's own",
+    )
+    bias_tolerance: float = Field(
+        0.05,
+        gt=0,
+        lt=1,
+        description="how far the judge's pass share may stand from the reviewers' on the same "
+        "random items before RagJudgeBiased tickets (once its bound excludes it)",
+    )
+
+
 class GuardrailsConfig(Section):
     faithfulness_min: float = Field(
         0.85, ge=0, le=1, description="share of sampled answers at or above threshold"
@@ -138,6 +160,11 @@ class GuardrailsConfig(Section):
     )
     coverage_window: Duration = Field(
         "1h", description="window of the field-coverage ticket (RagTraceFieldMissing)"
+    )
+    review_correction: ReviewCorrection = Field(
+        default_factory=ReviewCorrection,
+        description="judge pass shares corrected by the review's random stratum "
+        "(prediction-powered), and the judge-bias ticket",
     )
     job: str = Field("rag-monitor", description="Prometheus job scraping the sidecar")
     runbook_base: str = Field(

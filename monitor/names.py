@@ -19,6 +19,14 @@ EVENTS_TOTAL = "rag_monitor_events_total"  # by type
 DETECTOR_ERRORS_TOTAL = "rag_monitor_detector_errors_total"  # by detector
 VARIANT_FOLDED_TOTAL = "rag_variant_folded_total"  # monitor/variants.py
 
+# --- human review against the judges (detectors/review counts, the judges' rules read) -----
+
+# labels stratum (random, other), hhem (the judge's verdict: supported, unsupported), human
+JUDGE_AGREEMENT_TOTAL = "rag_review_judge_agreement_total"
+# labels stratum, evaluation (a name compared with review, or other), outcome (pass, fail),
+# human
+EVALUATION_AGREEMENT_TOTAL = "rag_review_evaluation_agreement_total"
+
 # --- what the monitor can see (monitor/coverage.py, monitor/missing.py) -----------------
 
 FIELDS_TOTAL = "rag_trace_fields_total"  # by field, present and instrumentation

@@ -11,7 +11,12 @@ requests gets the bound 2% of them make.
 The recordings are kept apart by ``evaluation`` (never ``other`` or ``none``: a fold of
 unrelated names has no guardrail). One rule per window and distinct (guardrail,
 severity): the section's defaults cover every evaluation that sets neither, so the rule
-exists before any name is configured and a name added later needs no new rule."""
+exists before any name is configured and a name added later needs no new rule.
+
+An evaluation set ``compare_with_review`` has its pass share corrected by the review's
+random stratum as faithfulness has (``monitor.rulekit.prediction_powered``): its alert
+tests the corrected bound once ``guardrails.review_correction.min_random_reviews`` random
+reviews carry its result, and ``RagJudgeBiased`` tickets when it disagrees with them."""
 
 from __future__ import annotations
 
@@ -29,8 +34,8 @@ from detectors.evaluations.names import (
     pass_ratio,
     pass_upper_bound,
 )
-from monitor.config import GuardrailsConfig
-from monitor.names import REQUESTS_TOTAL
+from monitor.guardrails import GuardrailsConfig
+from monitor.names import EVALUATION_AGREEMENT_TOTAL, REQUESTS_TOTAL
 from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.rulekit.promql import (
@@ -44,12 +49,22 @@ from monitor.rulekit.promql import (
     production,
     recorded_value,
 )
+from monitor.rulekit.prediction_powered import BIAS_ALERT, CorrectedShare
 from monitor.variants import NONE, OTHER
 
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]
 ALERT = "RagEvaluationFailing"
 BY = "job, evaluation"
 FOLDED = f"{OTHER}|{NONE}"
+CORRECTED = CorrectedShare(
+    prefix="evaluation",
+    agreement=EVALUATION_AGREEMENT_TOTAL,
+    judge_pass='outcome="pass"',
+    judged_share=pass_ratio,
+    judged_count=judged_count,
+    by=BY,
+    matcher=f', evaluation!="{OTHER}"',
+)
 
 
 def _selector(selector: str) -> str:
@@ -71,6 +86,11 @@ def pass_share(severity: str) -> BoundedShare:
     )
 
 
+def corrected_bound(severity: str, window: str) -> str:
+    """The recorded upper bound of the corrected pass share at ``severity``'s z."""
+    return CORRECTED.share(window, f"upper_bound_{severity}")
+
+
 def guardrails_of(config: EvaluationsConfig) -> dict[tuple[float, str], str]:
     """Per distinct (min pass share, severity), the ``evaluation`` matcher of its rule:
     the section's defaults take every name but those that set their own."""
@@ -90,7 +110,9 @@ def rules(config: EvaluationsConfig, guardrails: GuardrailsConfig) -> RuleFragme
     """Per window: pass share, judged count, the bound of each severity in use, the alerts."""
     matchers = guardrails_of(config)
     severities = sorted({severity for _, severity in matchers})
-    recording: list[dict[str, Any]] = []
+    correction = guardrails.review_correction
+    bias_windows = window_z(guardrails, "ticket", [correction.window], sides=2)
+    recording = CORRECTED.review_recording(correction.window, bias_windows[0][1])
     alerting: list[dict[str, Any]] = []
     derivations: list[str] = []
     for severity in severities:
@@ -99,9 +121,24 @@ def rules(config: EvaluationsConfig, guardrails: GuardrailsConfig) -> RuleFragme
         for window, z in windows:
             records = pass_share(severity).recording(window, z)
             recording += records if severity == severities[0] else records[2:]
+    zs = {severity: dict(window_z(guardrails, severity, guardrails.sample_windows)) for severity in severities}
+    for window in guardrails.sample_windows:
+        bounds = [(corrected_bound(severity, window), zs[severity][window]) for severity in severities]
+        recording += CORRECTED.recording(window, correction.window, bounds)
     for (minimum, severity), matcher in matchers.items():
         for window, z in window_z(guardrails, severity, guardrails.sample_windows):
             alerting.append(_alert(guardrails, (window, z), (minimum, severity), matcher))
+    alerting.append(
+        CORRECTED.bias_alert(
+            guardrails,
+            "the evaluation {{ $labels.evaluation }}",
+            ("job", "evaluation"),
+            "Its own pass share, and its alert while reviews are few, are off by as much.",
+        )
+    )
+    derivations += derivation(
+        f"{BIAS_ALERT} (evaluations)", bias_windows, "two-sided bound of the judge's bias"
+    )
     return RuleFragment(
         recording=recording,
         alerting=alerting,
@@ -120,11 +157,22 @@ def _alert(
     labels = ("job", "evaluation")
     judged = recorded_value(judged_count(window), labels, 'printf "%.0f"')
     point = recorded_value(pass_ratio(window), labels, "humanizePercentage")
-    bound = pass_upper_bound(severity, window)
+    judge_bound, bound = pass_upper_bound(severity, window), corrected_bound(severity, window)
+    correction = guardrails.review_correction
+    note = CORRECTED.bound_note(
+        window, correction.window, bound, judge_bound, labels, correction.min_random_reviews
+    )
+    shares = CORRECTED.page_expr(
+        f"{judge_bound}{{{matcher}}}",
+        f"{bound}{{{matcher}}}",
+        minimum,
+        correction.min_random_reviews,
+        correction.window,
+    )
     return alert(
         guardrails,
         ALERT,
-        f"{bound}{{{matcher}}} < {minimum}\nand on (job, evaluation)\n"
+        f"(\n{shares}\n)\nand on (job, evaluation)\n"
         f"{judged_count(window)} >= {guardrails.min_events}",
         severity="page" if severity == "page" else "ticket",
         summary=f"Fewer than {percent(minimum)} of {{{{ $labels.evaluation }}}} results pass "
@@ -132,7 +180,7 @@ def _alert(
         description=f"Over the last {window}, {point} of {judged} judged "
         f"{{{{ $labels.evaluation }}}} results passed ({pass_ratio(window)}, "
         f"{judged_count(window)}); even the {confidence(z)} upper bound of that share, "
-        f"{{{{ $value | humanizePercentage }}}} ({bound}), is below the guardrail of "
+        f"{{{{ $value | humanizePercentage }}}} ({note}), is below the guardrail of "
         f"{percent(minimum)}.",
         for_=hold_for(guardrails),
         labels={"window": window},

@@ -2,7 +2,12 @@
 scores at or above the threshold, against ``guardrails.faithfulness_min``, judged on
 evidence: the page fires when even the upper Wilson bound of the share (its z from the
 page budget, ``monitor.rulekit.evidence``) is below the guardrail, on each of
-``guardrails.sample_windows`` (a short window for a large drop, a long one for a small)."""
+``guardrails.sample_windows`` (a short window for a large drop, a long one for a small).
+
+Once the review's random stratum holds ``guardrails.review_correction.min_random_reviews``
+reviews over its window, the page tests the judge's share corrected by them instead
+(``monitor.rulekit.prediction_powered``): the judge's errors no longer move the bound.
+``RagJudgeBiased`` tickets when the judge and the reviewers disagree on the same items."""
 
 from __future__ import annotations
 
@@ -18,7 +23,8 @@ from detectors.faithfulness.names import (
     pass_upper_bound,
     scored_count,
 )
-from monitor.config import GuardrailsConfig
+from monitor.guardrails import GuardrailsConfig
+from monitor.names import JUDGE_AGREEMENT_TOTAL
 from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.rulekit.promql import (
@@ -31,6 +37,7 @@ from monitor.rulekit.promql import (
     production,
     recorded_value,
 )
+from monitor.rulekit.prediction_powered import CorrectedShare
 
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]
 PASS_SHARE = BoundedShare(
@@ -42,40 +49,78 @@ PASS_SHARE = BoundedShare(
     side="upper",
     complement=True,
 )
+CORRECTED = CorrectedShare(
+    prefix="faithfulness",
+    agreement=JUDGE_AGREEMENT_TOTAL,
+    judge_pass='hhem="supported"',
+    judged_share=pass_ratio,
+    judged_count=scored_count,
+)
 
 
 def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
-    """Per window: the pass share, the scored count, its upper bound, and the page."""
+    """The reviews' shares and the judge's bias; per window the pass share, the scored
+    count, its upper bound, the corrected share and its bound, and the page; the ticket."""
     minimum = guardrails.faithfulness_min
+    correction = guardrails.review_correction
     windows = window_z(guardrails, "page", guardrails.sample_windows)
-    recording, alerting = [], []
+    bias_windows = window_z(guardrails, "ticket", [correction.window], sides=2)
+    recording = CORRECTED.review_recording(correction.window, bias_windows[0][1])
+    alerting = []
     for window, z in windows:
         recording += PASS_SHARE.recording(window, z)
+        bound = CORRECTED.share(window, "upper_bound")
+        recording += CORRECTED.recording(window, correction.window, [(bound, z)])
+        note = CORRECTED.bound_note(
+            window,
+            correction.window,
+            bound,
+            pass_upper_bound(window),
+            ("job",),
+            correction.min_random_reviews,
+        )
         scored = recorded_value(scored_count(window), ("job",), 'printf "%.0f"')
         point = recorded_value(pass_ratio(window), ("job",), "humanizePercentage")
         alerting.append(
             alert(
                 guardrails,
                 "RagFaithfulnessLow",
-                f"{pass_upper_bound(window)} < {minimum}",
+                CORRECTED.page_expr(
+                    pass_upper_bound(window),
+                    bound,
+                    minimum,
+                    correction.min_random_reviews,
+                    correction.window,
+                ),
                 severity="page",
                 summary=f"Fewer than {percent(minimum)} of sampled answers are faithful "
                 "({{ $labels.job }})",
                 description=f"Over the last {window}, {point} of {scored} answers scored by "
-                f"HHEM ({pass_ratio(window)}, {scored_count(window)}) reached the faithfulness "
-                f"threshold; even the {confidence(z)} upper bound of that share, "
-                f"{{{{ $value | humanizePercentage }}}} ({pass_upper_bound(window)}), is below "
-                f"the guardrail of {percent(minimum)}. Answers are drifting away from the "
+                f"the judge ({pass_ratio(window)}, {scored_count(window)}) reached the "
+                f"faithfulness threshold; even the {confidence(z)} upper bound of the pass "
+                f"share, {{{{ $value | humanizePercentage }}}} ({note}), is below the "
+                f"guardrail of {percent(minimum)}. Answers are drifting away from the "
                 "retrieved evidence.",
                 for_=hold_for(guardrails),
                 labels={"window": window},
             )
         )
+    alerting.append(
+        CORRECTED.bias_alert(
+            guardrails,
+            "the faithfulness judge",
+            ("job",),
+            "Its own pass share, and the page while reviews are few, are off by as much.",
+        )
+    )
     return RuleFragment(
         recording=recording,
         alerting=alerting,
         promtool_tests=PROMTOOL_TESTS,
-        derivations=derivation("RagFaithfulnessLow", windows, "upper bound of the pass share"),
+        derivations=[
+            *derivation("RagFaithfulnessLow", windows, "upper bound of the pass share"),
+            *derivation("RagJudgeBiased", bias_windows, "two-sided bound of the judge's bias"),
+        ],
     )
 
 

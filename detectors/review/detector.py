@@ -74,7 +74,9 @@ class ReviewDetector:
     ) -> None:
         self.config = config
         self.registry = registry
-        self.metrics = ReviewMetrics(registry, enabled=config.enabled)
+        self.metrics = ReviewMetrics(
+            registry, enabled=config.enabled, compared=tuple(sorted(rules or ()))
+        )
         self._state_dir = state_dir
         if config.enabled:  # review.sqlite3 shows in rag_monitor_state_bytes{file}
             shared_state_dir(registry, state_dir, state_max_bytes)
@@ -162,12 +164,15 @@ class ReviewDetector:
 
     def on_verdict(self, item: ReviewItem, verdict: Verdict) -> None:
         """A reviewer recorded ``verdict`` on ``item`` (already stored by the page)."""
+        stratum = "random" if "random" in item.strata else "other"
         if item.hhem_score is not None and item.hhem_threshold is not None:
             hhem = "supported" if item.hhem_score >= item.hhem_threshold else "unsupported"
-            self.metrics.judge_agreement.labels(hhem, verdict.supported).inc()
+            self.metrics.judge_agreement.labels(stratum, hhem, verdict.supported).inc()
         for name, outcome in item.evaluations:
             evaluation = bounded_label(name, self._compared)
-            self.metrics.evaluation_agreement.labels(evaluation, outcome, verdict.supported).inc()
+            self.metrics.evaluation_agreement.labels(
+                stratum, evaluation, outcome, verdict.supported
+            ).inc()
         gold = tuple(dict.fromkeys((*verdict.relevant_doc_ids, *verdict.missing_doc_ids)))
         if gold:
             self._emit(Label(gold_doc_ids=gold, trace_id=item.trace_id))

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from detectors.review.model import EVALUATION_OUTCOMES, SUPPORTED
 from detectors.review.names import (
-    EVALUATION_AGREEMENT_TOTAL,
-    JUDGE_AGREEMENT_TOTAL,
     KAFKA_RECORDS_TOTAL,
     QUEUE_ITEMS,
     RETENTION_DELETED_TOTAL,
@@ -14,12 +13,24 @@ from detectors.review.names import (
     SKIPPED_TOTAL,
 )
 from monitor.missing import MissingInputs
+from monitor.names import EVALUATION_AGREEMENT_TOTAL, JUDGE_AGREEMENT_TOTAL
+
+# The agreement counters' stratum: random (the item was drawn at random, whatever else
+# took it too) or other. Only the random items estimate the population's pass share.
+AGREEMENT_STRATA = ("random", "other")
+JUDGE_VERDICTS = ("supported", "unsupported")
 
 
 class ReviewMetrics:
     """Sampled and skipped items per stratum, judge and evaluation agreement, the queue's size."""
 
-    def __init__(self, registry: CollectorRegistry, *, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        enabled: bool = True,
+        compared: tuple[str, ...] = (),
+    ) -> None:
         # A trace without a query or an answer gives a reviewer nothing to judge.
         self.missing = MissingInputs(registry, "review", ("query", "answer") if enabled else ())
         self.sampled = Counter(
@@ -38,19 +49,30 @@ class ReviewMetrics:
         )
         self.judge_agreement = Counter(
             JUDGE_AGREEMENT_TOTAL,
-            "Reviewed items HHEM scored, by HHEM's verdict at its threshold (supported, "
-            "unsupported) and the reviewer's answer-supported value (yes, partly, no, no_claim).",
-            ["hhem", "human"],
+            "Reviewed items the faithfulness judge scored, by stratum (random: drawn at "
+            "random; other), the judge's verdict at its threshold (label hhem: supported, "
+            "unsupported) and the reviewer's answer-supported value (yes, partly, no, "
+            "no_claim).",
+            ["stratum", "hhem", "human"],
             registry=registry,
         )
         self.evaluation_agreement = Counter(
             EVALUATION_AGREEMENT_TOTAL,
             "Reviewed items with a result of an evaluation set compare_with_review, by "
-            "evaluation (a configured name, or other), its outcome by the pass rule (pass, "
-            "fail) and the reviewer's answer-supported value (yes, partly, no, no_claim).",
-            ["evaluation", "outcome", "human"],
+            "stratum (random, other), evaluation (a configured name, or other), its outcome "
+            "by the pass rule (pass, fail) and the reviewer's answer-supported value (yes, "
+            "partly, no, no_claim).",
+            ["stratum", "evaluation", "outcome", "human"],
             registry=registry,
         )
+        if enabled:  # every cell from the start: a share over the window reads 0, not nothing
+            for stratum in AGREEMENT_STRATA:
+                for human in SUPPORTED:
+                    for verdict in JUDGE_VERDICTS:
+                        self.judge_agreement.labels(stratum, verdict, human)
+                    for name in compared:
+                        for outcome in EVALUATION_OUTCOMES:
+                            self.evaluation_agreement.labels(stratum, name, outcome, human)
         self.queue_items = Gauge(
             QUEUE_ITEMS, "Items in the review queue (reviewed or not).", registry=registry
         )

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 SAMPLED_TOTAL = "rag_review_sampled_total"  # label stratum
 SKIPPED_TOTAL = "rag_review_skipped_total"  # labels stratum, reason
-JUDGE_AGREEMENT_TOTAL = "rag_review_judge_agreement_total"  # labels hhem, human
-# labels evaluation (a name compared with review, or other), outcome (pass, fail), human
-EVALUATION_AGREEMENT_TOTAL = "rag_review_evaluation_agreement_total"
 QUEUE_ITEMS = "rag_review_queue_items"
 RETENTION_DELETED_TOTAL = "rag_review_retention_deleted_total"
 KAFKA_RECORDS_TOTAL = "rag_review_kafka_records_total"  # labels direction, outcome

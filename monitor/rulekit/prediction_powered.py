@@ -1,0 +1,338 @@
+"""A judge's pass share corrected by human review: prediction-powered inference (PPI++).
+
+A judge (HHEM, an LLM judge, an evaluator) scores many answers; people review a random
+sample of them blind. The judge's own pass share is biased by its errors: a judge that
+passes 8% of unsupported answers reports a share about that much too high, and a Wilson
+bound around it is tight around the wrong value. The reviewed share alone is unbiased but
+rests on few items. Prediction-powered inference (Angelopoulos et al. 2023; PPI++,
+Angelopoulos, Duchi and Zrnic 2024) combines both:
+
+    share = human share on the reviewed items
+          + lambda * (judge share on all judged - judge share on the reviewed items)
+
+The second term is the judge's view of how the reviewed items differ from all traffic;
+``lambda`` in [0, 1] weighs it by how well the judge tracks people (0 when it does not
+at all: the review-only estimate; power tuning picks the value of least variance). The
+estimate is unbiased whatever the judge's errors, and its interval is narrower than the
+review-only one when the judge agrees with people.
+
+Every quantity is a count over binary verdicts (pass: the judge's score at or above its
+threshold, or the evaluation's pass rule; a person's ``yes``; ``no`` and ``partly`` fail,
+``no_claim`` is left out), so the same estimate is computed here in Python (the review
+report, the tests) and in PromQL from the counters (the recording rules the alerts and
+the dashboard read): ``CorrectedShare``. Only the review's ``random`` stratum enters: the
+other strata oversample thumbs-down and low scores by design and say nothing of the
+population.
+
+The point estimate and the weight are PPI++'s. The interval is PPI++'s normal interval with
+one change: the variance of the reviewed items' term is estimated with half a count added
+to each cell of the judge x person table (Agresti and Min's adjusted interval for paired
+proportions). With a good judge that term rests on the few items where judge and person
+disagree, a handful in 200 reviews, and the plain estimate is then too small as often as
+not: in a simulation of 200 reviews of a service at 0.85 with a judge wrong on 3-8% of
+answers, the plain 90% interval covered the truth in 87.5% of windows, the adjusted one
+in 90% (tests/unit/test_prediction_powered.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from monitor.guardrails import GuardrailsConfig
+from monitor.rulekit.evidence import hold_for, wilson
+from monitor.rulekit.promql import alert, percent, ratio, recorded_value, sum_increase
+
+BIAS_ALERT = "RagJudgeBiased"
+RANDOM_STRATUM = "random"
+# Agresti and Min's half count per cell of the paired table, in the rectifier's variance.
+PSEUDO_COUNT = 0.5
+HUMAN_PASS = 'human="yes"'
+HUMAN_JUDGED = 'human=~"yes|partly|no"'  # no_claim has nothing to support: left out
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewedPairs:
+    """Reviewed items of the random stratum that the judge also scored, counted by the
+    judge's verdict and the person's (pass or fail)."""
+
+    both_pass: int = 0
+    judge_pass_human_fail: int = 0
+    judge_fail_human_pass: int = 0
+    both_fail: int = 0
+
+    @property
+    def n(self) -> int:
+        return self.both_pass + self.judge_pass_human_fail + self.judge_fail_human_pass + (
+            self.both_fail
+        )
+
+    @property
+    def human_share(self) -> float:
+        return (self.both_pass + self.judge_fail_human_pass) / self.n
+
+    @property
+    def judge_share(self) -> float:
+        return (self.both_pass + self.judge_pass_human_fail) / self.n
+
+    @property
+    def both_share(self) -> float:
+        return self.both_pass / self.n
+
+    @classmethod
+    def of(cls, pairs: list[tuple[bool, bool]]) -> ReviewedPairs:
+        """Counts of ``(judge passed, person passed)`` pairs."""
+        cells = {(True, True): 0, (True, False): 0, (False, True): 0, (False, False): 0}
+        for pair in pairs:
+            cells[pair] += 1
+        return cls(
+            cells[(True, True)], cells[(True, False)], cells[(False, True)], cells[(False, False)]
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """A share with its standard error (normal approximation)."""
+
+    share: float
+    stderr: float
+    lam: float | None = None  # the corrected estimate's power-tuning weight
+
+    def interval(self, z: float) -> tuple[float, float]:
+        return self.share - z * self.stderr, self.share + z * self.stderr
+
+
+def review_only(pairs: ReviewedPairs) -> Estimate:
+    """The human pass share of the reviewed items alone, the classical estimate."""
+    share = pairs.human_share
+    return Estimate(share, math.sqrt(share * (1 - share) / pairs.n))
+
+
+def judge_only(judged: int, passed: int, z: float) -> tuple[float, float, float]:
+    """The judge's pass share of all judged answers and its two-sided Wilson interval
+    at ``z``: what the alerts read without reviews."""
+    share = passed / judged
+    return share, wilson(share, judged, z, "lower"), wilson(share, judged, z, "upper")
+
+
+def power_tuning(judged: int, judge_share: float, pairs: ReviewedPairs) -> float:
+    """PPI++'s weight of least variance for a mean: the judge/human covariance on the
+    reviewed items over the judge's variance on all items, inflated by ``1 + n / N``,
+    clipped to [0, 1]; 0 when the judge's verdicts do not vary."""
+    n = pairs.n
+    covariance = pairs.both_share - pairs.human_share * pairs.judge_share
+    pooled = (judge_share * judged + pairs.judge_share * n) / (judged + n)
+    variance = pooled * (1 - pooled) * (judged + n) / (judged + n - 1)
+    if variance <= 0:
+        return 0.0
+    return min(1.0, max(0.0, covariance / ((1 + n / judged) * variance)))
+
+
+def corrected(
+    judged: int, passed: int, pairs: ReviewedPairs, pseudo_count: float = PSEUDO_COUNT
+) -> Estimate:
+    """The prediction-powered pass share from ``passed`` of ``judged`` answers the judge
+    passed and the reviewed ``pairs``, with its standard error (``pseudo_count`` 0: PPI++'s
+    plain one)."""
+    judge_share = passed / judged
+    lam = power_tuning(judged, judge_share, pairs)
+    share = pairs.human_share + lam * (judge_share - pairs.judge_share)
+    imputed = lam * lam * judge_share * (1 - judge_share) / judged
+    # The rectifier (human - lam * judge) of one reviewed item: its mean and mean square,
+    # over the table with ``pseudo_count`` added to each cell.
+    total = pairs.n + 4 * pseudo_count
+    human = (pairs.n * pairs.human_share + 2 * pseudo_count) / total
+    judge = (pairs.n * pairs.judge_share + 2 * pseudo_count) / total
+    both = (pairs.both_pass + pseudo_count) / total
+    mean = human - lam * judge
+    square = human - 2 * lam * both + lam * lam * judge
+    rectifier = max(0.0, square - mean * mean) / pairs.n
+    return Estimate(share, math.sqrt(imputed + rectifier), lam)
+
+
+def judge_bias(pairs: ReviewedPairs) -> Estimate:
+    """The judge's pass share minus the people's on the same reviewed items (paired)."""
+    bias = pairs.judge_share - pairs.human_share
+    disagree = pairs.judge_share + pairs.human_share - 2 * pairs.both_share
+    return Estimate(bias, math.sqrt(max(0.0, disagree - bias * bias) / pairs.n))
+
+
+def effective_reviews(pairs: ReviewedPairs, estimate: Estimate) -> float:
+    """How many random reviews alone would give ``estimate``'s standard error."""
+    share = pairs.human_share
+    if estimate.stderr <= 0:
+        return math.inf
+    return share * (1 - share) / estimate.stderr**2
+
+
+# --- the same in PromQL ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CorrectedShare:
+    """Recording rules of a judge's corrected pass share, its bound and its bias.
+
+    ``agreement`` is the review's agreement counter (labels ``stratum``, ``human`` and the
+    judge's verdict, matched by ``judge_pass``); ``judged_share`` and ``judged_count`` name
+    the judge-only recordings of a window (the pass share and the count of all judged
+    answers), kept apart by ``by`` like these. ``prefix`` names the recordings."""
+
+    prefix: str
+    agreement: str
+    judge_pass: str
+    judged_share: Callable[[str], str]
+    judged_count: Callable[[str], str]
+    by: str = "job"
+    matcher: str = ""  # further matchers of the agreement counter
+
+    # --- names
+    def reviewed(self, window: str) -> str:
+        return f"rag:{self.prefix}_reviewed:increase{window}"
+
+    def reviewed_share(self, who: str, window: str) -> str:
+        return f"rag:{self.prefix}_reviewed_{who}_pass:ratio{window}"
+
+    def bias(self, window: str, part: str = "ratio") -> str:
+        return f"rag:{self.prefix}_judge_bias:{part}{window}"
+
+    def share(self, window: str, part: str = "ratio") -> str:
+        return f"rag:{self.prefix}_pass:corrected_{part}{window}"
+
+    # --- rules
+    def _count(self, matchers: str, window: str) -> str:
+        selector = f'{self.agreement}{{stratum="{RANDOM_STRATUM}", {matchers}{self.matcher}}}'
+        return sum_increase(selector, window, self.by)
+
+    def review_recording(self, window: str, z: float) -> list[dict[str, Any]]:
+        """Over the review ``window``: the random reviews, the human, judge and joint pass
+        shares on them, and the judge's bias with its two-sided bounds at ``z``."""
+        n = self.reviewed(window)
+        human, judge, both = (self.reviewed_share(who, window) for who in ("human", "judge", "both"))
+        shares = {
+            human: HUMAN_PASS,
+            judge: f"{self.judge_pass}, {HUMAN_JUDGED}",
+            both: f"{self.judge_pass}, {HUMAN_PASS}",
+        }
+        bias = self.bias(window)
+        spread = f"{z:g} * sqrt(clamp_min({judge} + {human} - 2 * {both} - {bias} ^ 2, 0) / {n})"
+        return [
+            {"record": n, "expr": self._count(HUMAN_JUDGED, window)},
+            *(
+                {"record": name, "expr": ratio(self._count(matchers, window), n)}
+                for name, matchers in shares.items()
+            ),
+            {"record": bias, "expr": f"{judge} - {human}"},
+            {"record": self.bias(window, "lower_bound"), "expr": f"{bias} - {spread}"},
+            {"record": self.bias(window, "upper_bound"), "expr": f"{bias} + {spread}"},
+        ]
+
+    def recording(
+        self, window: str, review_window: str, bounds: list[tuple[str, float]]
+    ) -> list[dict[str, Any]]:
+        """Over the judged ``window`` and the ``review_window``: the power-tuning weight,
+        the corrected share, its standard error, and an upper bound per (name, z) of
+        ``bounds``."""
+        n = self.reviewed(review_window)
+        human, judge, both = (
+            self.reviewed_share(who, review_window) for who in ("human", "judge", "both")
+        )
+        big_n, judged = self.judged_count(window), self.judged_share(window)
+        pooled = f"({judged} * {big_n} + {judge} * {n}) / ({big_n} + {n})"
+        variance = f"{pooled} * (1 - {pooled}) * ({big_n} + {n}) / ({big_n} + {n} - 1)"
+        lam, share = self.share(window, "lambda"), self.share(window)
+        stderr = self.share(window, "stderr")
+        # The shares with PSEUDO_COUNT added to each cell, for the rectifier's variance.
+        total = f"({n} + {4 * PSEUDO_COUNT:g})"
+        human_adjusted = f"({human} * {n} + {2 * PSEUDO_COUNT:g}) / {total}"
+        judge_adjusted = f"({judge} * {n} + {2 * PSEUDO_COUNT:g}) / {total}"
+        both_adjusted = f"({both} * {n} + {PSEUDO_COUNT:g}) / {total}"
+        rectifier_mean = f"({human_adjusted} - {lam} * {judge_adjusted})"
+        rectifier_square = (
+            f"({human_adjusted} - 2 * {lam} * {both_adjusted} + {lam} ^ 2 * {judge_adjusted})"
+        )
+        # A judge whose verdicts do not vary carries no information: weight 0, the
+        # review-only estimate (as power tuning gives in the limit).
+        weight = (
+            f"clamp(\n  ({both} - {human} * {judge})\n  / ((1 + {n} / {big_n}) * (({variance}) > 0)),"
+            f"\n  0, 1\n)\nor on ({self.by})\n0 * {n} * {big_n}"
+        )
+        return [
+            {"record": lam, "expr": weight},
+            {"record": share, "expr": f"{human} + {lam} * ({judged} - {judge})"},
+            {
+                "record": stderr,
+                "expr": f"sqrt(\n  {lam} ^ 2 * {judged} * (1 - {judged}) / {big_n}\n"
+                f"  + clamp_min({rectifier_square} - {rectifier_mean} ^ 2, 0) / {n}\n)",
+            },
+            *({"record": name, "expr": f"{share} + {z:g} * {stderr}"} for name, z in bounds),
+        ]
+
+    def page_expr(
+        self, judge_bound: str, bound: str, guardrail: float, min_reviews: int, window: str
+    ) -> str:
+        """An alert's test of a pass share against ``guardrail``: the corrected ``bound``
+        once the review ``window`` holds ``min_reviews`` random reviews, the judge-only
+        ``judge_bound`` before (or while the corrected one has no value); the label
+        ``estimate`` says which (corrected, judge). Both are selectors, matchers included."""
+        enough = f"and on ({self.by}) {self.reviewed(window)} >= {min_reviews}"
+        corrected_test = f"{bound} < {guardrail}\n{enough}"
+        judge_test = f"{judge_bound} < {guardrail}\nunless on ({self.by}) ({bound} {enough})"
+        return (
+            f'label_replace(\n{corrected_test},\n"estimate", "corrected", "", ""\n)\nor\n'
+            f'label_replace(\n{judge_test},\n"estimate", "judge", "", ""\n)'
+        )
+
+    def bound_note(
+        self,
+        window: str,
+        review_window: str,
+        bound: str,
+        judge_bound: str,
+        labels: tuple[str, ...],
+        min_reviews: int,
+    ) -> str:
+        """For an alert's description: which bound fired (``page_expr``'s ``estimate``)
+        and, when corrected, the corrected share and the reviews it rests on."""
+        reviewed = recorded_value(self.reviewed(review_window), labels, 'printf "%.0f"')
+        share = recorded_value(self.share(window), labels, "humanizePercentage")
+        return (
+            f'{{{{ if eq $labels.estimate "corrected" }}}}{bound}: the share corrected by '
+            f"{reviewed} random reviews of the last {review_window} is {share}"
+            f"{{{{ else }}}}{judge_bound}, the judge's own: fewer than {min_reviews} random "
+            f"reviews of the last {review_window}{{{{ end }}}}"
+        )
+
+    def bias_alert(
+        self, guardrails: GuardrailsConfig, judge: str, labels: tuple[str, ...], how: str
+    ) -> dict[str, Any]:
+        """The ticket when the judge's bias against the reviewers, on the random items of
+        the review window, is beyond ``bias_tolerance`` even at its bound."""
+        correction = guardrails.review_correction
+        window, tolerance = correction.window, correction.bias_tolerance
+        n = self.reviewed(window)
+        bias = recorded_value(self.bias(window), labels, "humanizePercentage")
+        reviewed = recorded_value(n, labels, 'printf "%.0f"')
+        judge_share = recorded_value(self.reviewed_share("judge", window), labels, "humanizePercentage")
+        human_share = recorded_value(self.reviewed_share("human", window), labels, "humanizePercentage")
+        return alert(
+            guardrails,
+            BIAS_ALERT,
+            f"(\n  {self.bias(window, 'lower_bound')} > {tolerance:g}\n"
+            f"  or\n  {self.bias(window, 'upper_bound')} < -{tolerance:g}\n)\n"
+            f"and on ({self.by}) {n} >= {correction.min_random_reviews}",
+            severity="ticket",
+            summary=f"{judge[0].upper()}{judge[1:]} disagrees with the reviewers "
+            f"({' '.join(f'{{{{ $labels.{label} }}}}' for label in labels)})",
+            description=f"On the {reviewed} random-stratum reviews of the last {window}, "
+            f"{judge} passed {judge_share} of the answers and the reviewers {human_share}: a "
+            f"bias of {bias} ({self.bias(window)}), beyond {percent(tolerance)} even at its "
+            f"bound, {{{{ $value | humanizePercentage }}}}. {how} Recalibrate the judge: "
+            "`rag-monitor report review` names the threshold that agrees best with the "
+            "reviewers in its calibration table; the corrected pass share stays unbiased "
+            "meanwhile.",
+            for_=hold_for(guardrails),
+            labels={"window": window, "guardrail": self.prefix},
+            suspected_cause=False,
+        )
