@@ -38,6 +38,7 @@ from monitor.guardrails import GuardrailsConfig
 from monitor.names import EVALUATION_AGREEMENT_TOTAL, REQUESTS_TOTAL
 from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.rulekit.prediction_powered import BIAS_ALERT, CorrectedShare
 from monitor.rulekit.promql import (
     JOB,
     VARIANT,
@@ -49,7 +50,6 @@ from monitor.rulekit.promql import (
     production,
     recorded_value,
 )
-from monitor.rulekit.prediction_powered import BIAS_ALERT, CorrectedShare
 from monitor.variants import NONE, OTHER
 
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]
@@ -59,7 +59,7 @@ FOLDED = f"{OTHER}|{NONE}"
 CORRECTED = CorrectedShare(
     prefix="evaluation",
     agreement=EVALUATION_AGREEMENT_TOTAL,
-    judge_pass='outcome="pass"',
+    judge_yes='outcome="pass"',
     judged_share=pass_ratio,
     judged_count=judged_count,
     by=BY,
@@ -121,9 +121,9 @@ def rules(config: EvaluationsConfig, guardrails: GuardrailsConfig) -> RuleFragme
         for window, z in windows:
             records = pass_share(severity).recording(window, z)
             recording += records if severity == severities[0] else records[2:]
-    zs = {severity: dict(window_z(guardrails, severity, guardrails.sample_windows)) for severity in severities}
+    zs = {s: dict(window_z(guardrails, s, guardrails.sample_windows)) for s in severities}
     for window in guardrails.sample_windows:
-        bounds = [(corrected_bound(severity, window), zs[severity][window]) for severity in severities]
+        bounds = [(corrected_bound(s, window), zs[s][window]) for s in severities]
         recording += CORRECTED.recording(window, correction.window, bounds)
     for (minimum, severity), matcher in matchers.items():
         for window, z in window_z(guardrails, severity, guardrails.sample_windows):
@@ -160,14 +160,10 @@ def _alert(
     judge_bound, bound = pass_upper_bound(severity, window), corrected_bound(severity, window)
     correction = guardrails.review_correction
     note = CORRECTED.bound_note(
-        window, correction.window, bound, judge_bound, labels, correction.min_random_reviews
+        window, correction, bound=bound, judge_bound=judge_bound, labels=labels
     )
     shares = CORRECTED.page_expr(
-        f"{judge_bound}{{{matcher}}}",
-        f"{bound}{{{matcher}}}",
-        minimum,
-        correction.min_random_reviews,
-        correction.window,
+        f"{judge_bound}{{{matcher}}}", f"{bound}{{{matcher}}}", minimum, correction
     )
     return alert(
         guardrails,

@@ -27,6 +27,7 @@ from monitor.guardrails import GuardrailsConfig
 from monitor.names import JUDGE_AGREEMENT_TOTAL
 from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.rulekit.prediction_powered import CorrectedShare
 from monitor.rulekit.promql import (
     alert,
     panel_increase,
@@ -37,7 +38,6 @@ from monitor.rulekit.promql import (
     production,
     recorded_value,
 )
-from monitor.rulekit.prediction_powered import CorrectedShare
 
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]
 PASS_SHARE = BoundedShare(
@@ -52,7 +52,7 @@ PASS_SHARE = BoundedShare(
 CORRECTED = CorrectedShare(
     prefix="faithfulness",
     agreement=JUDGE_AGREEMENT_TOTAL,
-    judge_pass='hhem="supported"',
+    judge_yes='hhem="supported"',
     judged_share=pass_ratio,
     judged_count=scored_count,
 )
@@ -72,12 +72,7 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
         bound = CORRECTED.share(window, "upper_bound")
         recording += CORRECTED.recording(window, correction.window, [(bound, z)])
         note = CORRECTED.bound_note(
-            window,
-            correction.window,
-            bound,
-            pass_upper_bound(window),
-            ("job",),
-            correction.min_random_reviews,
+            window, correction, bound=bound, judge_bound=pass_upper_bound(window), labels=("job",)
         )
         scored = recorded_value(scored_count(window), ("job",), 'printf "%.0f"')
         point = recorded_value(pass_ratio(window), ("job",), "humanizePercentage")
@@ -85,13 +80,7 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
             alert(
                 guardrails,
                 "RagFaithfulnessLow",
-                CORRECTED.page_expr(
-                    pass_upper_bound(window),
-                    bound,
-                    minimum,
-                    correction.min_random_reviews,
-                    correction.window,
-                ),
+                CORRECTED.page_expr(pass_upper_bound(window), bound, minimum, correction),
                 severity="page",
                 summary=f"Fewer than {percent(minimum)} of sampled answers are faithful "
                 "({{ $labels.job }})",

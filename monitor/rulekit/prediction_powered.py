@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from monitor.guardrails import GuardrailsConfig
+from monitor.guardrails import GuardrailsConfig, ReviewCorrection
 from monitor.rulekit.evidence import hold_for, wilson
 from monitor.rulekit.promql import alert, percent, ratio, recorded_value, sum_increase
 
@@ -49,7 +49,7 @@ BIAS_ALERT = "RagJudgeBiased"
 RANDOM_STRATUM = "random"
 # Agresti and Min's half count per cell of the paired table, in the rectifier's variance.
 PSEUDO_COUNT = 0.5
-HUMAN_PASS = 'human="yes"'
+HUMAN_YES = 'human="yes"'
 HUMAN_JUDGED = 'human=~"yes|partly|no"'  # no_claim has nothing to support: left out
 
 
@@ -65,8 +65,11 @@ class ReviewedPairs:
 
     @property
     def n(self) -> int:
-        return self.both_pass + self.judge_pass_human_fail + self.judge_fail_human_pass + (
-            self.both_fail
+        return (
+            self.both_pass
+            + self.judge_yes_human_fail
+            + self.judge_fail_human_pass
+            + (self.both_fail)
         )
 
     @property
@@ -75,7 +78,7 @@ class ReviewedPairs:
 
     @property
     def judge_share(self) -> float:
-        return (self.both_pass + self.judge_pass_human_fail) / self.n
+        return (self.both_pass + self.judge_yes_human_fail) / self.n
 
     @property
     def both_share(self) -> float:
@@ -181,7 +184,7 @@ class CorrectedShare:
 
     prefix: str
     agreement: str
-    judge_pass: str
+    judge_yes: str
     judged_share: Callable[[str], str]
     judged_count: Callable[[str], str]
     by: str = "job"
@@ -209,11 +212,13 @@ class CorrectedShare:
         """Over the review ``window``: the random reviews, the human, judge and joint pass
         shares on them, and the judge's bias with its two-sided bounds at ``z``."""
         n = self.reviewed(window)
-        human, judge, both = (self.reviewed_share(who, window) for who in ("human", "judge", "both"))
+        human, judge, both = (
+            self.reviewed_share(who, window) for who in ("human", "judge", "both")
+        )
         shares = {
-            human: HUMAN_PASS,
-            judge: f"{self.judge_pass}, {HUMAN_JUDGED}",
-            both: f"{self.judge_pass}, {HUMAN_PASS}",
+            human: HUMAN_YES,
+            judge: f"{self.judge_yes}, {HUMAN_JUDGED}",
+            both: f"{self.judge_yes}, {HUMAN_YES}",
         }
         bias = self.bias(window)
         spread = f"{z:g} * sqrt(clamp_min({judge} + {human} - 2 * {both} - {bias} ^ 2, 0) / {n})"
@@ -255,8 +260,9 @@ class CorrectedShare:
         # A judge whose verdicts do not vary carries no information: weight 0, the
         # review-only estimate (as power tuning gives in the limit).
         weight = (
-            f"clamp(\n  ({both} - {human} * {judge})\n  / ((1 + {n} / {big_n}) * (({variance}) > 0)),"
-            f"\n  0, 1\n)\nor on ({self.by})\n0 * {n} * {big_n}"
+            f"clamp(\n  ({both} - {human} * {judge})\n"
+            f"  / ((1 + {n} / {big_n}) * (({variance}) > 0)),\n  0, 1\n)\n"
+            f"or on ({self.by})\n0 * {n} * {big_n}"
         )
         return [
             {"record": lam, "expr": weight},
@@ -270,13 +276,14 @@ class CorrectedShare:
         ]
 
     def page_expr(
-        self, judge_bound: str, bound: str, guardrail: float, min_reviews: int, window: str
+        self, judge_bound: str, bound: str, guardrail: float, correction: ReviewCorrection
     ) -> str:
         """An alert's test of a pass share against ``guardrail``: the corrected ``bound``
-        once the review ``window`` holds ``min_reviews`` random reviews, the judge-only
+        once the review window holds ``min_random_reviews``, the judge-only
         ``judge_bound`` before (or while the corrected one has no value); the label
         ``estimate`` says which (corrected, judge). Both are selectors, matchers included."""
-        enough = f"and on ({self.by}) {self.reviewed(window)} >= {min_reviews}"
+        reviewed = self.reviewed(correction.window)
+        enough = f"and on ({self.by}) {reviewed} >= {correction.min_random_reviews}"
         corrected_test = f"{bound} < {guardrail}\n{enough}"
         judge_test = f"{judge_bound} < {guardrail}\nunless on ({self.by}) ({bound} {enough})"
         return (
@@ -287,14 +294,15 @@ class CorrectedShare:
     def bound_note(
         self,
         window: str,
-        review_window: str,
+        correction: ReviewCorrection,
+        *,
         bound: str,
         judge_bound: str,
         labels: tuple[str, ...],
-        min_reviews: int,
     ) -> str:
         """For an alert's description: which bound fired (``page_expr``'s ``estimate``)
         and, when corrected, the corrected share and the reviews it rests on."""
+        review_window, min_reviews = correction.window, correction.min_random_reviews
         reviewed = recorded_value(self.reviewed(review_window), labels, 'printf "%.0f"')
         share = recorded_value(self.share(window), labels, "humanizePercentage")
         return (
@@ -314,8 +322,10 @@ class CorrectedShare:
         n = self.reviewed(window)
         bias = recorded_value(self.bias(window), labels, "humanizePercentage")
         reviewed = recorded_value(n, labels, 'printf "%.0f"')
-        judge_share = recorded_value(self.reviewed_share("judge", window), labels, "humanizePercentage")
-        human_share = recorded_value(self.reviewed_share("human", window), labels, "humanizePercentage")
+        judge_share, human_share = (
+            recorded_value(self.reviewed_share(who, window), labels, "humanizePercentage")
+            for who in ("judge", "human")
+        )
         return alert(
             guardrails,
             BIAS_ALERT,

@@ -36,7 +36,9 @@ def _draw(rng: np.random.Generator) -> tuple[int, ReviewedPairs, np.ndarray, np.
     """One window: the judge's passes of all judged answers and a random review of them."""
     supported, judge = _population(rng, JUDGED)
     reviewed = rng.choice(JUDGED, REVIEWED, replace=False)
-    pairs = ReviewedPairs.of(list(zip(judge[reviewed].tolist(), supported[reviewed].tolist())))
+    pairs = ReviewedPairs.of(
+        list(zip(judge[reviewed].tolist(), supported[reviewed].tolist(), strict=True))
+    )
     return int(judge.sum()), pairs, supported[reviewed].astype(float), judge.astype(float)
 
 
@@ -104,7 +106,9 @@ def test_a_judge_that_tells_nothing_gets_weight_zero() -> None:
 def test_bias_and_effective_reviews() -> None:
     """The bias is the judge's pass share minus the people's on the same items, with a
     paired standard error; a judge that agrees with people buys effective reviews."""
-    pairs = ReviewedPairs(both_pass=160, judge_pass_human_fail=16, judge_fail_human_pass=4, both_fail=20)
+    pairs = ReviewedPairs(
+        both_pass=160, judge_pass_human_fail=16, judge_fail_human_pass=4, both_fail=20
+    )
     bias = judge_bias(pairs)
     assert bias.share == pytest.approx((176 - 164) / 200)
     differences = np.array([0.0] * 180 + [1.0] * 16 + [-1.0] * 4)
