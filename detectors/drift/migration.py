@@ -11,10 +11,7 @@ embedder's representation before and after it).
 
 from __future__ import annotations
 
-import json
 import math
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -23,9 +20,9 @@ from detectors.drift.detector import pinned_representation
 from detectors.drift.neighbours import NEIGHBOURS, NeighbourStability, neighbour_stability
 from detectors.drift.store import DriftStore, Reference
 from monitor.names import ELIGIBLE_QUERIES_TOTAL, FALSE_EXCLUSIONS_TOTAL, RETRIEVAL_RECALL
+from monitor.prometheus_query import query_prometheus
 
 QUALITY_WINDOW_S = 86400.0  # labelled queries are few: a day on each side of the change
-PROMETHEUS_TIMEOUT_S = 10.0
 # The filter-exclusion detector's series (their names are the core's: monitor/names.py).
 FALSE_EXCLUSION_RATIO = (
     f"sum(increase({FALSE_EXCLUSIONS_TOTAL}[{{w}}s]))"
@@ -63,20 +60,6 @@ class Migration:
     changes: list[RepresentationChange]
     shares: dict[str, float]
     note: str = ""
-
-
-def query_prometheus(url: str, query: str, at: float) -> list[tuple[dict[str, str], float]]:
-    """An instant query: (labels, value) of each series. Raises OSError or ValueError."""
-    address = f"{url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode(
-        {"query": query, "time": f"{at:.3f}"}
-    )
-    if not address.startswith(("http://", "https://")):
-        raise ValueError(f"--prometheus {url}: give an http(s) URL")
-    with urllib.request.urlopen(address, timeout=PROMETHEUS_TIMEOUT_S) as answer:  # noqa: S310
-        body = json.load(answer)
-    if body.get("status") != "success":
-        raise ValueError(f"Prometheus answered {body.get('error', body.get('status'))}")
-    return [(s["metric"], float(s["value"][1])) for s in body["data"]["result"]]
 
 
 def _quality(url: str, start: float, end: float) -> Quality:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +54,47 @@ def _export(args: argparse.Namespace, config: Any) -> int:
 
 def _report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("review.html"), help=".html or .md")
+    parser.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="read the answers the judges judged from this Prometheus (the recording rules' "
+        "judged counts and pass shares), for the judge-only and corrected pass shares",
+    )
+    parser.add_argument(
+        "--window",
+        help="the judged window, one of guardrails.sample_windows (default: the longest)",
+    )
 
 
 def _report(args: argparse.Namespace, config: Any) -> int:
+    from detectors.review.estimates import judged_counts, pass_shares, random_pairs
     from detectors.review.report import summary, write_report
+    from monitor.durations import parse_duration
+    from monitor.prometheus_query import query_prometheus
 
+    guardrails = config.guardrails
+    windows = guardrails.sample_windows
+    window = args.window or max(windows, key=parse_duration)
+    review_window = guardrails.review_correction.window
+    now = time.time()
     try:
+        if window not in windows:
+            raise ValueError(f"--window {window}: one of guardrails.sample_windows, {windows}")
         reviewed, progress = _read_store(config)
-        report = write_report(reviewed, args.out, progress)
+        judged = None
+        if args.prometheus:
+            judged = judged_counts(
+                lambda query: query_prometheus(args.prometheus, query, now), window, guardrails.job
+            )
+        shares = pass_shares(random_pairs(reviewed, now - parse_duration(review_window)), judged)
+        report = write_report(
+            reviewed,
+            args.out,
+            progress,
+            now,
+            shares=shares,
+            windows=None if judged is None else (window, review_window),
+        )
     except (ValueError, OSError) as exc:
         print(f"rag-monitor report review: {exc}", file=sys.stderr)
         return 1
@@ -77,7 +111,7 @@ COMMANDS = (
     ),
     Command(
         ("report", "review"),
-        "write the review report: judge calibration and implicit signals",
+        "write the review report: judge calibration, corrected pass shares, implicit signals",
         _report_arguments,
         _report,
     ),

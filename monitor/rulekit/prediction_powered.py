@@ -67,7 +67,7 @@ class ReviewedPairs:
     def n(self) -> int:
         return (
             self.both_pass
-            + self.judge_yes_human_fail
+            + self.judge_pass_human_fail
             + self.judge_fail_human_pass
             + (self.both_fail)
         )
@@ -78,7 +78,7 @@ class ReviewedPairs:
 
     @property
     def judge_share(self) -> float:
-        return (self.both_pass + self.judge_yes_human_fail) / self.n
+        return (self.both_pass + self.judge_pass_human_fail) / self.n
 
     @property
     def both_share(self) -> float:
@@ -113,14 +113,14 @@ def review_only(pairs: ReviewedPairs) -> Estimate:
     return Estimate(share, math.sqrt(share * (1 - share) / pairs.n))
 
 
-def judge_only(judged: int, passed: int, z: float) -> tuple[float, float, float]:
+def judge_only(judged: float, passed: float, z: float) -> tuple[float, float, float]:
     """The judge's pass share of all judged answers and its two-sided Wilson interval
     at ``z``: what the alerts read without reviews."""
     share = passed / judged
     return share, wilson(share, judged, z, "lower"), wilson(share, judged, z, "upper")
 
 
-def power_tuning(judged: int, judge_share: float, pairs: ReviewedPairs) -> float:
+def power_tuning(judged: float, judge_share: float, pairs: ReviewedPairs) -> float:
     """PPI++'s weight of least variance for a mean: the judge/human covariance on the
     reviewed items over the judge's variance on all items, inflated by ``1 + n / N``,
     clipped to [0, 1]; 0 when the judge's verdicts do not vary."""
@@ -134,7 +134,7 @@ def power_tuning(judged: int, judge_share: float, pairs: ReviewedPairs) -> float
 
 
 def corrected(
-    judged: int, passed: int, pairs: ReviewedPairs, pseudo_count: float = PSEUDO_COUNT
+    judged: float, passed: float, pairs: ReviewedPairs, pseudo_count: float = PSEUDO_COUNT
 ) -> Estimate:
     """The prediction-powered pass share from ``passed`` of ``judged`` answers the judge
     passed and the reviewed ``pairs``, with its standard error (``pseudo_count`` 0: PPI++'s
@@ -178,7 +178,7 @@ class CorrectedShare:
     """Recording rules of a judge's corrected pass share, its bound and its bias.
 
     ``agreement`` is the review's agreement counter (labels ``stratum``, ``human`` and the
-    judge's verdict, matched by ``judge_pass``); ``judged_share`` and ``judged_count`` name
+    judge's verdict, matched by ``judge_yes``); ``judged_share`` and ``judged_count`` name
     the judge-only recordings of a window (the pass share and the count of all judged
     answers), kept apart by ``by`` like these. ``prefix`` names the recordings."""
 

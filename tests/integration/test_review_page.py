@@ -18,11 +18,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from detectors.filter_exclusion.scoring import load_golden_set
-from detectors.review.config import ReviewHttpSettings
+from detectors.review.config import ReviewConfig, ReviewHttpSettings
+from detectors.review.detector import ReviewDetector
+from detectors.review.estimates import FAITHFULNESS, pass_shares, random_pairs
 from detectors.review.model import ReviewContext, ReviewItem, Verdict
 from detectors.review.report import export_golden
 from detectors.review.store import ReviewStore
 from detectors.review.web import ReviewPage
+from monitor.rulekit.prediction_powered import ReviewedPairs
 
 pytestmark = pytest.mark.integration
 
@@ -90,18 +93,23 @@ def store(tmp_path: Path) -> Iterator[ReviewStore]:
 
 
 class Page:
-    """A started ReviewPage with what it reported."""
+    """A started ReviewPage with what it reported, each verdict also handed to a review
+    detector (as the sidecar does) for its agreement counters."""
 
     def __init__(self, store: ReviewStore, token: str | None) -> None:
         self.registry = CollectorRegistry()
         self.seen: list[tuple[ReviewItem, Verdict]] = []
-        self.page = ReviewPage(
-            ReviewHttpSettings(port=0),
-            store,
-            token,
-            lambda item, verdict: self.seen.append((item, verdict)),
+        self.detector = ReviewDetector(
+            ReviewConfig.model_validate({"enabled": True, "http": {"enabled": False}}),
             self.registry,
+            store.path.parent,
         )
+
+        def on_verdict(item: ReviewItem, verdict: Verdict) -> None:
+            self.seen.append((item, verdict))
+            self.detector.on_verdict(item, verdict)
+
+        self.page = ReviewPage(ReviewHttpSettings(port=0), store, token, on_verdict, self.registry)
         self.page.start()
         self.base = f"http://127.0.0.1:{self.page.port}"
 
@@ -247,8 +255,12 @@ def test_review_five_items_with_the_keyboard(
     page: Page, store: ReviewStore, tmp_path: Path
 ) -> None:
     """Headless Chromium: open the page with the token, review five items and skip one with
-    single keys, no hostile text runs; the verdicts reach the store and the golden set."""
+    single keys, no hostile text runs; the verdicts reach the store, the golden set, the
+    agreement counters by stratum and the corrected pass share."""
     webdriver = pytest.importorskip("selenium.webdriver", reason="pip install -e '.[dev]'")
+    judged = {FAITHFULNESS: (1000.0, 400.0)}  # the judge passed 40% of what it scored
+    [before] = pass_shares(random_pairs(store.reviewed(), since=0.0), judged)
+    assert before.corrected is None  # no review yet: nothing to correct with
     chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
     if chromium is None or driver_path is None:
         pytest.skip("needs Debian's chromium and chromium-driver (apt-get install them)")
@@ -286,6 +298,27 @@ def test_review_five_items_with_the_keyboard(
     assert reviewed["trace-1"].reason == "incomplete"
     assert (page.verdicts("yes"), page.verdicts("no"), page.verdicts("partly")) == (2, 1, 1)
     assert len(page.seen) == 5
+    # The verdicts recorded on the page move the corrected estimate: three of the random
+    # stratum's items judged by people (the no_claim one is left out), two supported, all
+    # failed by the judge; the hostile item was only oversampled (low_faithfulness).
+    after, groundedness = pass_shares(random_pairs(store.reviewed(), since=0.0), judged)
+    assert after.pairs == ReviewedPairs(judge_fail_human_pass=2, both_fail=1)
+    assert groundedness.pairs == after.pairs  # its fail on every item, against the same verdicts
+    assert after.corrected is not None
+    assert after.corrected.share == pytest.approx(2 / 3)  # the judge told people nothing
+    agreement = "rag_review_judge_agreement_total"
+    counted = {
+        (s.labels["stratum"], s.labels["human"]): s.value
+        for family in page.registry.collect()
+        for s in family.samples
+        if s.name == agreement and s.value
+    }
+    assert counted == {
+        ("random", "yes"): 2,
+        ("random", "partly"): 1,
+        ("random", "no_claim"): 1,
+        ("other", "no"): 1,
+    }
     out = tmp_path / "golden.jsonl"
     assert export_golden(store, out) == 5
     golden = load_golden_set(out)  # the false-exclusion detector's own reader

@@ -19,6 +19,7 @@ from detectors.review.model import (
     MAX_ITEM_EVALUATIONS,
     EvaluationOutcome,
     ReviewItem,
+    Stratum,
     Supported,
     Verdict,
     with_evaluation,
@@ -225,10 +226,42 @@ def test_a_verdict_counts_agreement_per_evaluation(
         (s.labels["evaluation"], s.labels["outcome"], s.labels["human"]): s.value
         for family in registry.collect()
         for s in family.samples
-        if s.name == AGREEMENT
+        if s.name == AGREEMENT and s.value  # every cell of a compared name exists, at 0
     }
     assert found == counted
+    assert sample(registry, AGREEMENT, stratum="random") == 0  # the item was not drawn at random
     assert sample(registry, "rag_review_judge_agreement_total") == 0  # HHEM did not score it
+
+
+@pytest.mark.parametrize(
+    ("strata", "stratum"),
+    [
+        (("random",), "random"),
+        (("thumbs_down", "random"), "random"),
+        (("thumbs_down",), "other"),
+        (("low_faithfulness", "follow_up"), "other"),
+    ],
+    ids=["random", "random-and-thumbs-down", "thumbs-down", "oversampled"],
+)
+def test_a_verdict_counts_under_the_random_stratum_when_the_item_was_drawn_at_random(
+    tmp_path: Path, strata: tuple[Stratum, ...], stratum: str
+) -> None:
+    """An item drawn at random counts under stratum random, whatever else took it too; an
+    item only oversampled (thumbs-down, low score, follow-up) under other: only the random
+    ones estimate the population's pass share."""
+    registry = CollectorRegistry()
+    config = ReviewConfig.model_validate({"enabled": True, "http": {"enabled": False}})
+    detector = ReviewDetector(config, registry, tmp_path, rules=RULES)
+    item = ReviewItem(
+        TRACE, 1.0, "q", "a", strata=strata, hhem_score=0.9, hhem_threshold=0.5,
+        evaluations=(("groundedness", "fail"),),
+    )  # fmt: skip
+    detector.on_verdict(item, Verdict(TRACE, "yes"))
+    judge = "rag_review_judge_agreement_total"
+    assert sample(registry, judge, stratum=stratum, hhem="supported", human="yes") == 1
+    assert sample(registry, judge) == 1
+    assert sample(registry, AGREEMENT, stratum=stratum, evaluation="groundedness") == 1
+    assert sample(registry, AGREEMENT) == 1
 
 
 def test_the_component_compares_only_evaluations_set_compare_with_review(tmp_path: Path) -> None:

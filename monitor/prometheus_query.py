@@ -1,0 +1,24 @@
+"""Instant queries against a Prometheus server, for the reports that read what the
+recording rules hold (``report drift --prometheus``, ``report review --prometheus``)."""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+import urllib.request
+
+PROMETHEUS_TIMEOUT_S = 10.0
+
+
+def query_prometheus(url: str, query: str, at: float) -> list[tuple[dict[str, str], float]]:
+    """An instant query: (labels, value) of each series. Raises OSError or ValueError."""
+    address = f"{url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode(
+        {"query": query, "time": f"{at:.3f}"}
+    )
+    if not address.startswith(("http://", "https://")):
+        raise ValueError(f"--prometheus {url}: give an http(s) URL")
+    with urllib.request.urlopen(address, timeout=PROMETHEUS_TIMEOUT_S) as answer:  # noqa: S310
+        body = json.load(answer)
+    if body.get("status") != "success":
+        raise ValueError(f"Prometheus answered {body.get('error', body.get('status'))}")
+    return [(s["metric"], float(s["value"][1])) for s in body["data"]["result"]]
