@@ -10,6 +10,8 @@ SCORE = "rag_evaluation_score"  # histogram of finite scores, label evaluation
 # (counted under production); and evaluation names folded into ``other``.
 UNMATCHED_TOTAL = "rag_evaluation_unmatched_total"
 FOLDED_TOTAL = "rag_evaluation_folded_total"
+# Results seen again (detectors/evaluations/repeats.py): not counted a second time.
+DUPLICATES_TOTAL = "rag_evaluation_duplicates_total"
 FAILED = f'{RESULTS_TOTAL}{{outcome="fail"}}'
 JUDGED = f'{RESULTS_TOTAL}{{outcome=~"pass|fail"}}'
 
