@@ -3,12 +3,15 @@
 One verdict can arrive more than once: as a ``gen_ai.evaluation.result`` span event and
 as a log record of the same producer, in an export retried after a lost reply, in a
 Kafka record redelivered after a rebalance. Two results are the same result when they
-name the same trace, the same evaluated span, the same evaluation and the same
-``gen_ai.response.id`` (or none). A result that names no span is told apart by what it
-says as well (score, label, ``error.type``): two verdicts of one evaluation on two answers
-of one trace that name neither their span nor their response id are one result when they
-agree (a producer judging several answers of a trace names them). A result naming neither
-a trace nor a response cannot be told from another: it counts each time.
+name the same trace, the same evaluated span (or none), the same evaluation and the same
+``gen_ai.response.id`` (or none), and say the same: score, label and ``error.type``. What
+a result says belongs to it because producers send several results of one evaluation on
+one span: splunk-otel-util-genai sends a judge's verdict and a second judge's failure
+(``error.type``) under one name, span and response id, and both count. So two copies of
+one verdict are one result, whichever way each came; two results of one evaluation on two
+answers of one trace that name neither their span nor their response id are one result
+only when they also agree. A result naming neither a trace nor a response cannot be told
+from another: it counts each time.
 
 The last ``capacity`` results are remembered, least recently seen forgotten first: that
 is the horizon within which a repeat is recognized, counted in results, not seconds.
@@ -30,10 +33,8 @@ def result_identity(result: EvaluationResult, trace_id: str | None = None) -> in
     trace = result.trace_id or trace_id
     if trace is None and result.response_id is None:
         return None
-    if result.span_id is not None:
-        return hash((trace, result.span_id, result.name, result.response_id))
-    return hash((trace, result.name, result.response_id, result.score, result.label,
-                 result.error_type))  # fmt: skip
+    return hash((trace, result.span_id, result.name, result.response_id, result.score,
+                 result.label, result.error_type))  # fmt: skip
 
 
 class CountedResults:
