@@ -126,9 +126,9 @@ class EvaluationsConfig(Section):
     max_tracked_results: int = Field(
         100_000,
         ge=1,
-        description="Recent results remembered (by trace id, span id, name and response "
-        "id) so that one seen again, as a span event and a log record or in a retried "
-        "export, counts once (rag_evaluation_duplicates_total); about 140 bytes each.",
+        description="Recent results remembered (by trace id, span id, name, response id "
+        "and verdict) so that one seen again, as a span event and a log record or in a "
+        "retried export, counts once (rag_evaluation_duplicates_total); about 140 bytes each.",
     )
 
     emit: EmitConfig | None = Field(

@@ -1,14 +1,16 @@
 """Evaluators' verdicts counted per evaluation, outcome and variant
 (``rag_evaluation_results_total``), their finite scores in ``rag_evaluation_score``.
 
-A result inside a trace (a span event, an annotation, an EVALUATOR span) counts under
-that trace's variant. A result sent on its own (a log record, a late span) names its
-request by trace id or ``gen_ai.response.id``: it counts under the variant of the recent
-trace it names, and under production, counted as unmatched, when this replica has not
-seen that trace lately (another replica may have, or it aged out of the bounded map).
+A result inside a trace (a span event, an annotation, an EVALUATOR span, a log record
+that joined the trace in span assembly) counts under that trace's variant. A result
+sent on its own (a log record of a trace already emitted or never seen, a late span)
+names its request by trace id or ``gen_ai.response.id``: it counts under the variant of
+the recent trace it names, and under production, counted as unmatched, when this
+replica has not seen that trace lately (another replica may have, or it aged out of the
+bounded map).
 
-A result seen again (``repeats.py``: the same trace, span, evaluation and response id,
-within the last ``max_tracked_results``) counts once; the repeat only in
+A result seen again (``repeats.py``: the same trace, span, evaluation, response id and
+verdict, within the last ``max_tracked_results``) counts once; the repeat only in
 ``rag_evaluation_duplicates_total``.
 
 Every label value is bounded: an evaluation is a configured name, ``other`` (counted in
@@ -94,8 +96,9 @@ class EvaluationsDetector(InlineDetector):
         )
         self._unmatched = Counter(
             UNMATCHED_TOTAL,
-            "Results sent apart from their request whose trace this replica has not seen "
-            "recently; counted under production.",
+            "Results sent apart from their request whose trace this replica never saw (after "
+            "waiting collectors.spans.assembly.ttl_s for its spans) or has forgotten; "
+            "counted under production.",
             registry=registry,
         )
         self._folded = Counter(
@@ -105,8 +108,8 @@ class EvaluationsDetector(InlineDetector):
         )
         self._duplicates = Counter(
             DUPLICATES_TOTAL,
-            "Results seen again (the same trace, span, evaluation and response id: a span "
-            "event and a log record of one verdict, a retried export, a redelivery), "
+            "Results seen again (the same trace, span, evaluation, response id and verdict: "
+            "a span event and a log record of one verdict, a retried export, a redelivery), "
             "counted once in rag_evaluation_results_total.",
             registry=registry,
         )

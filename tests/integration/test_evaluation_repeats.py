@@ -8,7 +8,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,12 +29,13 @@ from tests.otel_traffic import tracer_for
 
 pytestmark = pytest.mark.integration
 
-Verdict = Mapping[str, object]  # a gen_ai.evaluation.result's attributes
+Verdict = dict[str, str | float]  # a gen_ai.evaluation.result's attributes
 EVALUATIONS_ONLY = {"evaluations": EVALUATIONS, "faithfulness": {"enabled": False}}
 
 
-def request(tracer: Tracer, variant: str, verdicts: list[Verdict] = (),  # type: ignore[assignment]
-            logger: Logger | None = None) -> SpanContext:  # fmt: skip
+def request(
+    tracer: Tracer, variant: str, verdicts: Sequence[Verdict] = (), logger: Logger | None = None
+) -> SpanContext:
     """A request (a CHAIN root with an LLM child) of ``variant`` whose answer an evaluator in
     the app judged: each verdict an event on the LLM span and, with ``logger``, a log record
     in its context as well, emitted before the spans end (a simple processor exports the
@@ -45,10 +46,9 @@ def request(tracer: Tracer, variant: str, verdicts: list[Verdict] = (),  # type:
     llm = tracer.start_span("generate", context=set_span_in_context(root), attributes={
         "openinference.span.kind": "LLM", "llm.model_name": "gpt-4o-mini"})  # fmt: skip
     for verdict in verdicts:
-        llm.add_event(EVENT, dict(verdict))  # type: ignore[arg-type]
+        llm.add_event(EVENT, verdict)
         if logger is not None:
-            logger.emit(event_name=EVENT, context=set_span_in_context(llm),
-                        attributes=dict(verdict))  # type: ignore[arg-type]  # fmt: skip
+            logger.emit(event_name=EVENT, context=set_span_in_context(llm), attributes=verdict)
     llm.end()
     root.end()
     return llm.get_span_context()
