@@ -4,7 +4,9 @@ Collectors decode and validate on their own threads, then ``submit`` work
 items (``monitor/intake.py``: what they submit, the ``Consumer`` they submit to, and
 the ``TraceAssembly`` they provide). The pipeline thread owns the trace assembly
 (spans are the collectors' business) and runs the inline detectors, so neither
-needs a lock. A full queue makes ``submit`` wait (Kafka)
+needs a lock. The events of an ``Events`` item pass through the assembly first
+(``join``): an evaluation result sent apart from its spans is held with its trace and
+reaches the detectors inside it. A full queue makes ``submit`` wait (Kafka)
 or time out (OTLP answers "retry later"): intake slows down, nothing is lost.
 The pipeline counts the outcome (ok or duplicate) of every item submitted;
 collectors count only what they refuse (invalid, dead_lettered): the counters are

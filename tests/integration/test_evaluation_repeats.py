@@ -61,17 +61,6 @@ def log_records(endpoint: str) -> tuple[LoggerProvider, Logger]:
     return provider, provider.get_logger("evaluator")
 
 
-def outcome_of(verdict: Verdict) -> str:
-    """The outcome EVALUATIONS' rules give ``verdict``."""
-    if "error.type" in verdict:
-        return "error"
-    if verdict["gen_ai.evaluation.name"] == "answer_relevancy":
-        score = verdict["gen_ai.evaluation.score.value"]
-        assert isinstance(score, float)
-        return "pass" if score >= 0.7 else "fail"
-    return "pass" if verdict["gen_ai.evaluation.score.label"] == "factual" else "fail"
-
-
 def counts(sidecar: Sidecar, keys: Counter[tuple[str, str, str]]) -> Counter[tuple[str, str, str]]:
     """rag_evaluation_results_total per (evaluation, outcome, variant) of ``keys``."""
     return Counter({key: int(sample(sidecar.registry, RESULTS_TOTAL, evaluation=key[0],
@@ -95,17 +84,21 @@ def test_each_verdict_sent_as_span_event_and_log_record_counts_once(
     expected: Counter[tuple[str, str, str]] = Counter()
     for index in range(12):
         variant = "canary" if index % 4 == 3 else "production"
-        verdicts: list[Verdict] = [
-            {"gen_ai.evaluation.name": "answer_relevancy",
-             "gen_ai.evaluation.score.value": 0.9 if index % 3 else 0.4},
-            {"gen_ai.evaluation.name": "hallucination",
-             "gen_ai.evaluation.score.label": "hallucinated" if index % 4 == 1 else "factual"},
+        relevant, factual = index % 3 != 0, index % 4 != 1
+        judged: list[tuple[Verdict, str]] = [  # each verdict and the outcome EVALUATIONS give it
+            ({"gen_ai.evaluation.name": "answer_relevancy",
+              "gen_ai.evaluation.score.value": 0.9 if relevant else 0.4},
+             "pass" if relevant else "fail"),
+            ({"gen_ai.evaluation.name": "hallucination",
+              "gen_ai.evaluation.score.label": "factual" if factual else "hallucinated"},
+             "pass" if factual else "fail"),
         ]  # fmt: skip
         if index % 5 == 0:
-            verdicts.append({"gen_ai.evaluation.name": "hallucination", "error.type": "timeout"})
-        request(tracer, variant, verdicts, logger)
-        expected.update((str(v["gen_ai.evaluation.name"]), outcome_of(v), variant)
-                        for v in verdicts)  # fmt: skip
+            judged.append(({"gen_ai.evaluation.name": "hallucination", "error.type": "timeout"},
+                           "error"))  # fmt: skip
+        request(tracer, variant, [verdict for verdict, _ in judged], logger)
+        expected.update((str(verdict["gen_ai.evaluation.name"]), outcome, variant)
+                        for verdict, outcome in judged)  # fmt: skip
     spans.shutdown()
     logs.shutdown()
     assert {outcome for _, outcome, _ in expected} == {"pass", "fail", "error"}
