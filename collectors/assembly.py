@@ -146,11 +146,10 @@ class SpanAssembler:
         seen yet until its spans come; returns the events to hand on now (other events,
         results of an emitted trace or naming none) and the waiting results released to
         stay under ``max_pending``."""
-        self._now = now
         handed_on: list[Event] = []
         for event in events:
-            trace_id = event.trace_id if isinstance(event, EvaluationResult) else None
-            if trace_id is None or trace_id in self._emitted:
+            trace_id = event.trace_id
+            if not isinstance(event, EvaluationResult) or not trace_id or trace_id in self._emitted:
                 handed_on.append(event)
                 continue
             held = self._pending.get(trace_id) or self._waiting.get(trace_id)
@@ -159,7 +158,6 @@ class SpanAssembler:
             if len(held.results) >= MAX_RESULTS:  # RagTrace.evaluations' bound
                 handed_on.append(event)
                 continue
-            assert isinstance(event, EvaluationResult)
             held.results.append(event)
             if ticket is not None and (not held.tickets or held.tickets[-1] is not ticket):
                 ticket.hold()
