@@ -49,27 +49,31 @@ class Ticket:
 @dataclass(frozen=True, slots=True)
 class EmittedTrace:
     """A trace the assembly let go: its ``RagTrace`` (None when it is no RAG request or
-    could not be built) and the tickets of the records that fed it."""
+    could not be built) and the tickets of the records that fed it. ``waited``: no span of
+    the trace came, only results sent apart that waited for it (``events``)."""
 
     trace: RagTrace | None
-    outcome: Literal["complete", "expired", "evicted"]
+    outcome: Literal["complete", "expired", "evicted", "waited"]
     tickets: list[Ticket]
     failed: bool = False  # the mapping raised; counted as an assembly error
     # The trace's instrumentation scope when it is no RAG request (field coverage counts it).
     instrumentation: str | None = None
+    # Results sent apart and held for this trace that it does not carry (it is no request,
+    # or it holds as many as its bound allows): handed to the detectors as events.
+    events: Sequence[Event] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Added:
-    """What adding one batch of spans let go and refused."""
+    """What adding one batch of spans, or joining one batch of events, let go and refused."""
 
     evicted: list[EmittedTrace]  # emitted early to keep the held traces bounded
     late: int = 0  # spans of a trace already emitted
     refused: int = (
         0  # spans over the per-trace bound (collectors.spans.assembly.max_spans_per_trace)
     )
-    # Events the batch carried for requests already emitted (a late span's evaluation
-    # results): handed to the detectors like an ``Events`` item's.
+    # Events to hand to the detectors now: a late span's evaluation results (its request
+    # already emitted), or the events of an ``Events`` item the assembly did not hold.
     events: Sequence[Event] = ()
 
 
@@ -82,6 +86,11 @@ class TraceAssembly(Protocol):
 
     def add(self, spans: Sequence[Any], source: Source, now: float, ticket: Ticket | None) -> Added:
         """Hold ``spans``; returns the traces evicted to stay bounded and the spans dropped."""
+
+    def join(self, events: Sequence[Event], now: float, ticket: Ticket | None) -> Added:
+        """Hold the evaluation results among ``events`` that name a trace still being
+        assembled, or not seen yet, to be emitted with it; the others come back in
+        ``Added.events``, to be handed on now."""
 
     def claim(self, trace_id: str) -> bool:
         """Mark a trace that arrived whole as seen; False if it was seen before."""

@@ -4,7 +4,9 @@ Collectors decode and validate on their own threads, then ``submit`` work
 items (``monitor/intake.py``: what they submit, the ``Consumer`` they submit to, and
 the ``TraceAssembly`` they provide). The pipeline thread owns the trace assembly
 (spans are the collectors' business) and runs the inline detectors, so neither
-needs a lock. A full queue makes ``submit`` wait (Kafka)
+needs a lock. The events of an ``Events`` item pass through the assembly first
+(``join``): an evaluation result sent apart from its spans is held with its trace and
+reaches the detectors inside it. A full queue makes ``submit`` wait (Kafka)
 or time out (OTLP answers "retry later"): intake slows down, nothing is lost.
 The pipeline counts the outcome (ok or duplicate) of every item submitted;
 collectors count only what they refuse (invalid, dead_lettered): the counters are
@@ -123,22 +125,23 @@ class Pipeline:
 
     def _handle(self, item: WorkItem, now: float) -> None:
         outcome: RecordOutcome = "ok"
-        if isinstance(item, SpanBatch):
-            added = self._assembler.add(item.spans, item.collector, now, item.ticket)
-            if added.late:
-                self.metrics.late_spans.inc(added.late)
-            if added.refused:
-                self.metrics.refused_spans[item.collector].inc(added.refused)
-            self._observe_events(added.events)
-            self._process_assembled(added.evicted)
-        elif isinstance(item, WholeTrace):
+        if isinstance(item, WholeTrace):
             if self._assembler.claim(item.trace.trace_id):
                 self._process(item.trace)
             else:
                 # The same trace id seen again: a replay after a restart or a retry.
                 outcome = "duplicate"
         else:
-            self._observe_events(item.events)
+            if isinstance(item, SpanBatch):
+                added = self._assembler.add(item.spans, item.collector, now, item.ticket)
+                if added.late:
+                    self.metrics.late_spans.inc(added.late)
+                if added.refused:
+                    self.metrics.refused_spans[item.collector].inc(added.refused)
+            else:  # results sent apart join their trace while it is assembled
+                added = self._assembler.join(item.events, now, item.ticket)
+            self._observe_events(added.events)
+            self._process_assembled(added.evicted)
         self.metrics.count_record(item.collector, outcome)
         if item.ticket is not None:
             item.ticket.release()
@@ -151,7 +154,9 @@ class Pipeline:
 
     def _process_assembled(self, traces: list[EmittedTrace]) -> None:
         for emitted in traces:
-            if emitted.failed:
+            if emitted.outcome == "waited":
+                pass  # no trace: only its results, handed on below
+            elif emitted.failed:
                 self.metrics.traces[emitted.outcome].inc()
                 self.metrics.detector_errors.labels("assembly").inc()
             elif emitted.trace is None:
@@ -160,6 +165,7 @@ class Pipeline:
             else:
                 self.metrics.traces[emitted.outcome].inc()
                 self._process(emitted.trace)
+            self._observe_events(emitted.events)
             for ticket in emitted.tickets:
                 ticket.release()
 

@@ -123,6 +123,13 @@ class EvaluationsConfig(Section):
         description="Recent traces remembered to join results sent after their request "
         "(by trace id and gen_ai.response.id) to the request's variant.",
     )
+    max_tracked_results: int = Field(
+        100_000,
+        ge=1,
+        description="Recent results remembered (by trace id, span id, name, response id "
+        "and verdict) so that one seen again, as a span event and a log record or in a "
+        "retried export, counts once (rag_evaluation_duplicates_total); about 140 bytes each.",
+    )
 
     emit: EmitConfig | None = Field(
         None,

@@ -1,11 +1,17 @@
 """Evaluators' verdicts counted per evaluation, outcome and variant
 (``rag_evaluation_results_total``), their finite scores in ``rag_evaluation_score``.
 
-A result inside a trace (a span event, an annotation, an EVALUATOR span) counts under
-that trace's variant. A result sent on its own (a log record, a late span) names its
-request by trace id or ``gen_ai.response.id``: it counts under the variant of the recent
-trace it names, and under production, counted as unmatched, when this replica has not
-seen that trace lately (another replica may have, or it aged out of the bounded map).
+A result inside a trace (a span event, an annotation, an EVALUATOR span, a log record
+that joined the trace in span assembly) counts under that trace's variant. A result
+sent on its own (a log record of a trace already emitted or never seen, a late span)
+names its request by trace id or ``gen_ai.response.id``: it counts under the variant of
+the recent trace it names, and under production, counted as unmatched, when this
+replica has not seen that trace lately (another replica may have, or it aged out of the
+bounded map).
+
+A result seen again (``repeats.py``: the same trace, span, evaluation, response id and
+verdict, within the last ``max_tracked_results``) counts once; the repeat only in
+``rag_evaluation_duplicates_total``.
 
 Every label value is bounded: an evaluation is a configured name, ``other`` (counted in
 ``rag_evaluation_folded_total``) or ``none`` when the producer sent no name; the outcome
@@ -22,7 +28,14 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from detectors.evaluations.config import EvaluationRule, EvaluationsConfig
-from detectors.evaluations.names import FOLDED_TOTAL, RESULTS_TOTAL, SCORE, UNMATCHED_TOTAL
+from detectors.evaluations.names import (
+    DUPLICATES_TOTAL,
+    FOLDED_TOTAL,
+    RESULTS_TOTAL,
+    SCORE,
+    UNMATCHED_TOTAL,
+)
+from detectors.evaluations.repeats import CountedResults
 from monitor.detector import InlineDetector
 from monitor.trace import (
     EvaluationResult,
@@ -83,8 +96,9 @@ class EvaluationsDetector(InlineDetector):
         )
         self._unmatched = Counter(
             UNMATCHED_TOTAL,
-            "Results sent apart from their request whose trace this replica has not seen "
-            "recently; counted under production.",
+            "Results sent apart from their request whose trace this replica never saw (after "
+            "waiting collectors.spans.assembly.ttl_s for its spans) or has forgotten; "
+            "counted under production.",
             registry=registry,
         )
         self._folded = Counter(
@@ -92,6 +106,14 @@ class EvaluationsDetector(InlineDetector):
             "Results whose evaluation name is not configured, counted as evaluation=other.",
             registry=registry,
         )
+        self._duplicates = Counter(
+            DUPLICATES_TOTAL,
+            "Results seen again (the same trace, span, evaluation, response id and verdict: "
+            "a span event and a log record of one verdict, a retried export, a redelivery), "
+            "counted once in rag_evaluation_results_total.",
+            registry=registry,
+        )
+        self._counted = CountedResults(config.max_tracked_results)
         # Recent requests' variants by trace id and by response id, oldest first; and, when
         # emitting, their root span ids (None: unknown), under which verdicts are parented.
         self._variants: OrderedDict[str, str] = OrderedDict()
@@ -107,7 +129,7 @@ class EvaluationsDetector(InlineDetector):
         for result in trace.evaluations:
             if result.response_id:
                 self._remember(result.response_id, variant)
-            self._count(result, variant)
+            self._count(result, variant, trace.trace_id)
 
     def observe_event(self, event: Event) -> None:
         # A verdict goes out from the replica that saw its request: with judge_location:
@@ -124,9 +146,8 @@ class EvaluationsDetector(InlineDetector):
         for key in (event.trace_id, event.response_id):
             if key and variant is None:
                 variant = self._variants.get(key)
-        if variant is None:
+        if self._count(event, variant or PRODUCTION) and variant is None:
             self._unmatched.inc()
-        self._count(event, variant or PRODUCTION)
 
     def shutdown(self) -> None:
         if self._emitter is not None:
@@ -138,7 +159,12 @@ class EvaluationsDetector(InlineDetector):
         if len(self._variants) > self._config.max_tracked_traces:
             self._variants.popitem(last=False)
 
-    def _count(self, result: EvaluationResult, variant: str) -> None:
+    def _count(self, result: EvaluationResult, variant: str, trace_id: str | None = None) -> bool:
+        """Count ``result`` under ``variant`` unless it was counted before (then it is a
+        duplicate); ``trace_id``: the trace it arrived in. True when counted."""
+        if not self._counted.first_time(result, trace_id):
+            self._duplicates.inc()
+            return False
         name = bounded_label(result.name, self._allowed)
         if name == OTHER:
             self._folded.inc()
@@ -147,3 +173,4 @@ class EvaluationsDetector(InlineDetector):
         score = result.score
         if name not in (OTHER, NONE) and score is not None and math.isfinite(score):
             self._scores.labels(name).observe(score)
+        return True

@@ -6,10 +6,12 @@ from __future__ import annotations
 # labels evaluation (an allowed name, other or none), outcome (pass, fail, error), variant
 RESULTS_TOTAL = "rag_evaluation_results_total"
 SCORE = "rag_evaluation_score"  # histogram of finite scores, label evaluation
-# Results sent apart from their request whose trace this replica has not seen recently
-# (counted under production); and evaluation names folded into ``other``.
+# Results sent apart from their request whose trace this replica never saw or has
+# forgotten (counted under production); and evaluation names folded into ``other``.
 UNMATCHED_TOTAL = "rag_evaluation_unmatched_total"
 FOLDED_TOTAL = "rag_evaluation_folded_total"
+# Results seen again (detectors/evaluations/repeats.py): not counted a second time.
+DUPLICATES_TOTAL = "rag_evaluation_duplicates_total"
 FAILED = f'{RESULTS_TOTAL}{{outcome="fail"}}'
 JUDGED = f'{RESULTS_TOTAL}{{outcome=~"pass|fail"}}'
 

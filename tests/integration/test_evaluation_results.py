@@ -18,7 +18,7 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
 
-from detectors.evaluations.names import RESULTS_TOTAL, UNMATCHED_TOTAL
+from detectors.evaluations.names import DUPLICATES_TOTAL, RESULTS_TOTAL, UNMATCHED_TOTAL
 from monitor.detector import InlineDetector
 from monitor.intake import Events
 from monitor.sidecar import Sidecar
@@ -57,10 +57,13 @@ def test_results_from_spans_and_logs_count_per_evaluation_outcome_and_request(
 ) -> None:
     """Two requests (production, canary) with annotations, one with a span event; log
     records over HTTP and gRPC naming them (and one naming no known trace, one without a
-    name, one plain log line): every result counted under its request's variant."""
+    name, one plain log line): every result counted once under its request's variant, the
+    copy the other exporter sent as a duplicate; the one naming no known trace, after
+    waiting ttl_s for its spans, as unmatched."""
     sidecar = start_sidecar(detectors={"evaluations": EVALUATIONS,
                                        "faithfulness": {"enabled": False}},
-                            collectors={"spans": {"assembly": {"grace_s": 1.0}}})  # fmt: skip
+                            collectors={"spans": {"assembly": {"grace_s": 1.0,
+                                                               "ttl_s": 2.0}}})  # fmt: skip
     http = f"http://127.0.0.1:{sidecar.http.port}"  # type: ignore[union-attr]
     _, tracer = tracer_for(HttpSpans(endpoint=f"{http}/v1/traces"))
     start = time.time_ns()
@@ -93,14 +96,16 @@ def test_results_from_spans_and_logs_count_per_evaluation_outcome_and_request(
         return sample(registry, RESULTS_TOTAL, evaluation=evaluation, outcome=outcome,
                       variant=variant)  # fmt: skip
 
-    # every log record went through both exporters: once over HTTP, once over gRPC
-    wait_until(lambda: results("none", "error") >= 2)
-    assert results("answer_relevancy", "pass") == 1 + 2  # the span event; the unknown trace
-    assert results("answer_relevancy", "fail") == 2
-    assert results("answer_relevancy", "fail", "canary") == 2
+    # every log record went through both exporters: once over HTTP, once over gRPC; the
+    # second copy of each is a duplicate (the unknown trace's after ttl_s)
+    wait_until(lambda: sample(registry, DUPLICATES_TOTAL) >= 4)
+    assert results("none", "error") == 1
+    assert results("answer_relevancy", "pass") == 1 + 1  # the span event; the unknown trace
+    assert results("answer_relevancy", "fail") == 1
+    assert results("answer_relevancy", "fail", "canary") == 1
     assert results("hallucination", "pass") == 1
     assert results("hallucination", "fail", "canary") == 1
-    assert sample(registry, UNMATCHED_TOTAL) == 2
+    assert sample(registry, UNMATCHED_TOTAL) == 1
     for kind, expected in (("evaluation", 4), ("ignored", 1)):
         for_both = sample(registry, "rag_monitor_log_records_total", collector="otlp", kind=kind)
         assert for_both == 2 * expected, kind
@@ -207,6 +212,8 @@ def test_verdicts_arrive_at_another_sidecar_as_log_records(
                        "faithfulness": {"score_min": 0.5},
                        "retrieval_false_exclusion": {"labels": ["not_excluded"]}}},
                    "faithfulness": {"enabled": False}},
+        # it never sees the requests' spans: each record waits ttl_s for them, then counts
+        collectors={"spans": {"assembly": {"ttl_s": 1.0}}},
     )  # fmt: skip
     endpoint = f"http://127.0.0.1:{receiving.http.port}/v1/logs"  # type: ignore[union-attr]
     with fake_openai(SCRIPT) as fake:

@@ -520,7 +520,8 @@ def test_a_logs_topic_of_evaluation_results_becomes_evaluation_events(
     settings = kafka_settings(broker.bootstrap, [traces])
     settings["topics"]["logs"] = logs
     sidecar = start_sidecar(
-        collectors={"kafka": settings},
+        # the unknown trace's result waits ttl_s for spans before it counts (and commits)
+        collectors={"kafka": settings, "spans": {"assembly": {"ttl_s": 2.0}}},
         detectors={"evaluations": {"evaluations": {"answer_relevancy": {"score_min": 0.7}}},
                    "faithfulness": {"enabled": False}},
     )  # fmt: skip

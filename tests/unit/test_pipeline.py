@@ -41,6 +41,9 @@ class HeldAssembly:
             self.held.append(EmittedTrace(trace, "complete", [ticket] if ticket else []))
         return Added([])
 
+    def join(self, events: Sequence[Event], now: float, ticket: Ticket | None) -> Added:
+        return Added([], events=events)
+
     def claim(self, trace_id: str) -> bool:
         new = trace_id not in self.claimed
         self.claimed.add(trace_id)

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import ClassVar
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from collectors.assembly import SpanAssembler, SpanAssembly
 from collectors.otlp import Span, SpanEvent
-from collectors.span_evaluations import EVALUATION_EVENT
+from collectors.span_evaluations import EVALUATION_EVENT, MAX_RESULTS
 from collectors.spans_config import AssemblyConfig, MappingConfig
 from detectors.evaluations.config import EvaluationRule, EvaluationsConfig
 from detectors.evaluations.detector import EvaluationsDetector
-from detectors.evaluations.names import RESULTS_TOTAL, UNMATCHED_TOTAL
-from monitor.intake import SpanBatch, Ticket
+from detectors.evaluations.names import DUPLICATES_TOTAL, RESULTS_TOTAL, UNMATCHED_TOTAL
+from detectors.review.config import ReviewConfig
+from detectors.review.metrics import ReviewMetrics
+from detectors.review.sampler import Action, Enqueue, PassRules, ReviewSampler
+from monitor.detector import InlineDetector
+from monitor.intake import Events, SpanBatch, Ticket
 from monitor.pipeline import Pipeline
 from monitor.pipeline_metrics import PipelineMetrics
+from monitor.trace import EvaluationResult, Event, Feedback, RagTrace
 from tests.conftest import sample, wait_until
 from tests.unit.collectors.test_openinference import rag_spans
 from tests.unit.collectors.test_openinference import span as rag_span
@@ -256,3 +262,157 @@ def test_a_50k_span_chain_is_assembled_and_mapped_in_bounded_time(
     assert emitted.trace.root_span_id == spans[0].span_id
     assert [u.prompt_tokens for u in emitted.trace.usage] == [1]  # nested calls counted once
     assert elapsed < bound_s, f"{elapsed:.2f}s"
+
+
+# --- evaluation results sent apart (log records) ------------------------------------------
+
+
+def sent_apart(trace: str, name: str = "answer_relevancy", score: float = 0.9) -> EvaluationResult:
+    """A log record's result naming ``trace`` (as ``span`` pads it)."""
+    return EvaluationResult(name, score=score, trace_id=trace.ljust(32, "0"))
+
+
+def test_a_result_naming_a_pending_trace_is_emitted_inside_it() -> None:
+    """A result joins the trace still held, and its record's ticket is done only once the
+    trace is released; other events are handed on at once."""
+    done: list[bool] = []
+    ticket = Ticket(lambda: done.append(True))
+    assembler = SpanAssembler(grace_s=1.0, ttl_s=60.0, max_pending=10)
+    assembler.add([span("t1", "r")], "otlp", now=0.0)
+    thumbs = Feedback(trace_id="t1".ljust(32, "0"), kind="thumbs_up")
+    handed_on, released = assembler.join([sent_apart("t1"), thumbs], 0.5, ticket)
+    assert (handed_on, released) == ([thumbs], [])
+    ticket.release()  # the submission's own hold
+    [trace] = assembler.due(1.0)
+    assert trace.results == [sent_apart("t1")]
+    assert done == []
+    trace.tickets[0].release()
+    assert done == [True]
+
+
+def test_a_result_before_its_first_span_waits_for_the_trace() -> None:
+    """A result naming a trace not seen yet is held; the trace's first span takes it, and it
+    is emitted inside that trace."""
+    assembler = SpanAssembler(grace_s=1.0, ttl_s=60.0, max_pending=10)
+    assert assembler.join([sent_apart("t1")], 0.0) == ([], [])
+    assembler.add([span("t1", "r")], "otlp", now=5.0)
+    [trace] = assembler.due(6.0)
+    assert (trace.outcome, trace.results) == ("complete", [sent_apart("t1")])
+
+
+def test_results_of_an_emitted_trace_or_of_none_are_handed_on_at_once() -> None:
+    """Results naming a trace already emitted, or naming no trace, are not held."""
+    assembler = SpanAssembler(grace_s=0.0, ttl_s=60.0, max_pending=10)
+    assembler.add([span("t1", "r")], "otlp", now=0.0)
+    assembler.due(0.0)
+    by_response = EvaluationResult("answer_relevancy", score=0.9, response_id="resp-1")
+    handed_on, _ = assembler.join([sent_apart("t1"), by_response], 1.0)
+    assert handed_on == [sent_apart("t1"), by_response]
+
+
+def test_results_whose_trace_sends_no_span_are_released_at_ttl_and_bounded() -> None:
+    """Waiting results are handed on alone ('waited') ttl_s after they came, at shutdown,
+    or, the oldest first, when more than max_pending traces' results wait."""
+    assembler = SpanAssembler(grace_s=1.0, ttl_s=10.0, max_pending=2)
+    assembler.join([sent_apart("t1")], 0.0)
+    assembler.join([sent_apart("t2")], 1.0)
+    _, released = assembler.join([sent_apart("t3"), sent_apart("t3", "toxicity")], 2.0)
+    assert [(r.trace_id[:2], r.outcome, r.spans) for r in released] == [("t1", "waited", [])]
+    assert assembler.due(10.9) == []
+    [waited] = assembler.due(11.0)
+    assert (waited.trace_id[:2], waited.source, waited.results) == ("t2", None, [sent_apart("t2")])
+    [drained] = assembler.drain()
+    assert drained.results == [sent_apart("t3"), sent_apart("t3", "toxicity")]
+    assert assembler.pending == 0
+
+
+class Reviewing(InlineDetector):
+    """The review sampler as a detector of the pipeline, keeping what it takes."""
+
+    name: ClassVar[str] = "review"
+
+    def __init__(self, rules: PassRules, registry: CollectorRegistry) -> None:
+        self.taken: list[Action] = []
+        config = ReviewConfig.model_validate({"enabled": True, "random_rate": 1.0})
+        self._sampler = ReviewSampler(config, ReviewMetrics(registry), self._take, rules=rules)
+
+    def _take(self, action: Action) -> bool:
+        self.taken.append(action)
+        return True
+
+    def observe(self, trace: RagTrace) -> None:
+        self._sampler.observe(trace)
+
+    def observe_event(self, event: Event) -> None:
+        self._sampler.observe_event(event)
+
+
+def test_joined_results_count_under_the_traces_variant_and_reach_review() -> None:
+    """Through the pipeline: a canary request's result sent as a log record while its spans
+    are assembled counts under canary, not unmatched; the same verdict again (a retried
+    export) counts once; the review item carries its outcome."""
+    registry = CollectorRegistry()
+    assembly = SpanAssembly(AssemblyConfig(grace_s=60.0), MappingConfig())
+    rules = {"answer_relevancy": EvaluationRule(score_min=0.7, compare_with_review=True)}
+    detector = EvaluationsDetector(EvaluationsConfig(evaluations=rules), registry)
+    reviewing = Reviewing({"answer_relevancy": rules["answer_relevancy"].passes}, registry)
+    pipeline = Pipeline(assembly, [detector, reviewing], PipelineMetrics(registry))
+    request = rag_spans()
+    request[0] = replace(request[0], attributes={**request[0].attributes, "rag.variant": "canary"})
+    verdict = EvaluationResult("answer_relevancy", score=0.4, trace_id=request[0].trace_id,
+                               span_id=request[-1].span_id)  # fmt: skip
+    pipeline.start()
+    pipeline.submit(SpanBatch(request, "otlp"))
+    pipeline.submit(Events([verdict], "otlp"))
+    pipeline.submit(Events([verdict], "otlp"))  # the exporter's retry of the same export
+    pipeline.shutdown()  # the drain emits the request
+    results = {"evaluation": "answer_relevancy", "outcome": "fail", "variant": "canary"}
+    assert sample(registry, RESULTS_TOTAL, **results) == 1
+    assert sample(registry, DUPLICATES_TOTAL) == 1
+    assert sample(registry, UNMATCHED_TOTAL) == 0
+    assert sample(registry, "rag_monitor_events_total", type="evaluation_result") == 0
+    [enqueued] = reviewing.taken
+    assert isinstance(enqueued, Enqueue)
+    assert enqueued.item.evaluations == (("answer_relevancy", "fail"),)
+
+
+def test_held_results_the_trace_cannot_take_are_handed_on_as_events() -> None:
+    """A trace holds MAX_RESULTS results at most: more held for it (beyond those its spans
+    carry) come back as events, as more than MAX_RESULTS joining do at once, and as every
+    result of a trace that is no request."""
+    assembly = SpanAssembly(AssemblyConfig(grace_s=0.0), MappingConfig())
+    request = rag_spans()
+    in_span = {"gen_ai.evaluation.name": "in_span", "gen_ai.evaluation.score.value": 1.0}
+    request[-1] = replace(request[-1], events=(SpanEvent(EVALUATION_EVENT, 0, in_span),))
+    trace_id = request[0].trace_id
+    many = [EvaluationResult(f"e{i}", trace_id=trace_id) for i in range(MAX_RESULTS + 3)]
+    assembly.add(request, "otlp", 0.0, None)
+    assert assembly.join(many, 0.0, None).events == many[MAX_RESULTS:]
+    [emitted] = assembly.due(0.0)
+    assert emitted.trace is not None
+    assert [r.name for r in emitted.trace.evaluations] == ["in_span"] + [
+        r.name for r in many[: MAX_RESULTS - 1]
+    ]
+    assert emitted.events == (many[MAX_RESULTS - 1],)
+    assembly.add([span("n1", "r")], "otlp", 1.0, None)  # no request: no LLM or retriever
+    assembly.join([sent_apart("n1")], 1.0, None)
+    [not_rag] = assembly.due(1.0)
+    assert (not_rag.trace, not_rag.events) == (None, (sent_apart("n1"),))
+
+
+def test_a_result_whose_trace_never_came_is_unmatched_and_no_trace() -> None:
+    """Through the pipeline: a result that waited in vain for its trace's spans is handed on
+    at last, counted unmatched under production, and no trace is counted for it."""
+    registry = CollectorRegistry()
+    assembly = SpanAssembly(AssemblyConfig(ttl_s=60.0), MappingConfig())
+    rules = {"answer_relevancy": EvaluationRule(score_min=0.7)}
+    detector = EvaluationsDetector(EvaluationsConfig(evaluations=rules), registry)
+    pipeline = Pipeline(assembly, [detector], PipelineMetrics(registry))
+    pipeline.start()
+    pipeline.submit(Events([sent_apart("f1")], "kafka", Ticket()))
+    pipeline.shutdown()  # the drain releases what waits
+    results = {"evaluation": "answer_relevancy", "outcome": "pass", "variant": "production"}
+    assert sample(registry, RESULTS_TOTAL, **results) == 1
+    assert sample(registry, UNMATCHED_TOTAL) == 1
+    assert sample(registry, "rag_monitor_assembled_traces_total") == 0
+    assert sample(registry, "rag_monitor_events_total", type="evaluation_result") == 1
