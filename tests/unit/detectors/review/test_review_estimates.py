@@ -64,14 +64,19 @@ def _counters(reviewed: list[tuple[ReviewItem, Verdict]], tmp_path: Path) -> dic
     }
 
 
-def _promtool_corrected(counters: dict[str, float], tmp_path: Path) -> float:
+def _promtool_corrected(replicas: list[dict[str, float]], tmp_path: Path) -> float:
     """``rag:faithfulness_pass:corrected_ratio6h`` that Prometheus's rule engine records
-    from those counters (verdicts an hour in, the judge's answers over the last 6h)."""
-    labels = f'job="{JOB}", instance="a:9464"'
+    from the replicas' counters (verdicts an hour in, the judge's answers over the last
+    6h, all on the first replica, as a scorer tier would export them)."""
     series = [
-        {"series": name.replace("{", "{" + labels + ", "), "values": f"0 {value:g}x{REVIEW_HOURS}"}
+        {
+            "series": name.replace("{", f'{{job="{JOB}", instance="{replica}:9464", '),
+            "values": f"0 {value:g}x{REVIEW_HOURS}",
+        }
+        for replica, counters in enumerate(replicas)
         for name, value in counters.items()
     ]
+    labels = f'job="{JOB}", instance="0:9464"'
     # nothing judged until 5h before the evaluation, at the end of the review window (no
     # sample at a window's edge is extrapolated past: the increases are the counts)
     quiet = f"0x{REVIEW_HOURS - 6}"
@@ -137,7 +142,8 @@ def _report_corrected(reviewed: list[tuple[ReviewItem, Verdict]]) -> str:
 @pytest.mark.parametrize("seed", [3])
 def test_report_rules_and_estimator_give_one_corrected_share(seed: int, tmp_path: Path) -> None:
     """The same verdicts and judged answers give one corrected pass share in the report,
-    in the recording rules (promtool, series from the counters) and in the estimator."""
+    in the recording rules (promtool, series from the counters of two replicas, each of
+    whose pages recorded half the verdicts) and in the estimator."""
     reviewed = _reviewed(seed)
     random = [(i, v) for i, v in reviewed if "random" in i.strata]
     pairs = ReviewedPairs.of(
@@ -145,7 +151,9 @@ def test_report_rules_and_estimator_give_one_corrected_share(seed: int, tmp_path
     )
     assert pairs.n == 150  # the oversampled items are left out
     estimate = corrected(JUDGED, PASSED, pairs)
-    assert _promtool_corrected(_counters(reviewed, tmp_path), tmp_path) == pytest.approx(
-        estimate.share, abs=1e-9
-    )
+    replicas = [
+        _counters(reviewed[0::2], tmp_path / "a"),
+        _counters(reviewed[1::2], tmp_path / "b"),
+    ]
+    assert _promtool_corrected(replicas, tmp_path) == pytest.approx(estimate.share, abs=1e-9)
     assert _report_corrected(reviewed).startswith(f"{estimate.share:.1%} [")
