@@ -10,7 +10,8 @@ alert expression is clauses joined by ``and on (...)``, each ``TERM`` or
 ``TERM OP NUMBER``; a TERM is a recorded series (its rule a ratio of two rates,
 optionally ``1 - (...)``, a ``histogram_quantile`` of a rate, an increase, or the
 Wilson bound of a recorded share and count, ``monitor.rulekit.evidence.wilson_bound``), a raw
-gauge, or ``sum by (...) (increase(COUNTER[window]))``. A record may have several
+gauge, or ``sum by (...) (increase(COUNTER[window]))``. A pass share's switch to its
+review-corrected bound reads as the judge's own bound (the demo has no reviewers). A record may have several
 rules (one per stage); a clause's label matchers choose the one that fits. An alert
 of another shape (the regeneration band needs weeks of history; ``up`` exists only
 in Prometheus) is reported as not evaluated here.
@@ -47,6 +48,16 @@ _NUMBER = r"[-+.\deE]+"
 _WILSON = re.compile(
     rf"\(\n  (?P<share>\S+) \+ {_NUMBER} / (?P<count>\S+)\n  (?P<sign>[-+]) (?P<z>{_NUMBER}) "
     rf"\* sqrt\(.*\)\n\)\n/\n\(1 \+ {_NUMBER} / \S+\)"
+)
+
+# The page test of a corrected pass share (``monitor.rulekit.prediction_powered``): the
+# corrected bound once enough random reviews, else the judge's own. The demo has no
+# reviewers, so the judge's own bound decides here, as in Prometheus before the reviews.
+_SWITCH = re.compile(
+    r'(?P<open>\(\n)?label_replace\(\n.*?"estimate", "corrected", "", ""\n\)\nor\n'
+    r'label_replace\(\n(?P<judge>[^\n]+)\nunless on [^\n]+,\n"estimate", "judge", "", ""\n\)'
+    r"(?(open)\n\))",
+    re.DOTALL,
 )
 
 Labels = tuple[tuple[str, str], ...]  # a series' grouping labels, sorted
@@ -193,7 +204,8 @@ def conditions(rules: dict[str, Any]) -> tuple[dict[str, list[Term]], list[Condi
         for name, exprs in recordings.items()
     }
     found = []
-    for rule in (rule for rule in all_rules if "alert" in rule):
+    for written in (rule for rule in all_rules if "alert" in rule):
+        rule = {**written, "expr": _SWITCH.sub(lambda match: match["judge"], written["expr"])}
         clauses: list[Clause] | None = []
         for text in _AND.split(rule["expr"]):
             match = None if "\n" in text else _CLAUSE.fullmatch(text)

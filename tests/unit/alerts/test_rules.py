@@ -331,7 +331,8 @@ def test_alertmanager_example_routes_page_and_ticket() -> None:
 
 def test_demo_evaluator_reads_the_generated_conditions() -> None:
     """demo.rule_evaluation computes recorded series, Wilson bounds and alert states from
-    the rule document, for production series only."""
+    the rule document, for production series only; a pass share's switch to its corrected
+    bound reads as the judge's own bound (the demo has no reviewers)."""
     from prometheus_client import CollectorRegistry, Counter, Histogram
 
     from demo.rule_evaluation import NO_EVIDENCE, NOT_HERE, RuleEvaluator
@@ -347,6 +348,10 @@ def test_demo_evaluator_reads_the_generated_conditions() -> None:
     )
     eligible = Counter("rag_filter_eligible_queries_total", "", ["variant"], registry=registry)
     excluded = Counter("rag_filter_false_exclusions_total", "", ["variant"], registry=registry)
+    scored = Counter(
+        "rag_faithfulness_evaluations_total", "", ["outcome", "variant"], registry=registry
+    )
+    below = Counter("rag_faithfulness_below_threshold_total", "", ["variant"], registry=registry)
     evaluator = RuleEvaluator(build_rules(Config()), registry)
     short = 'RagFilterFalseExclusionHigh{window="30m"}'
     assert evaluator.evaluate()[1][short] == NO_EVIDENCE
@@ -355,7 +360,14 @@ def test_demo_evaluator_reads_the_generated_conditions() -> None:
         latency.labels("total", "shadow").observe(0.5)
         eligible.labels("production").inc()
     excluded.labels("production").inc(10)
+    scored.labels("scored", "production").inc(100)
+    below.labels("production").inc(60)
     recorded, states = evaluator.evaluate()
+    faithful = recorded["rag:faithfulness_pass:upper_bound30m"]
+    assert faithful == pytest.approx(
+        wilson(0.4, 100, window_z(Config().guardrails, "page", ["30m", "6h"])[0][1], "upper")
+    )
+    assert states['RagFaithfulnessLow{window="30m"}'] == f"BREACH ({faithful:.4g})"
     assert recorded['rag:stage_latency_seconds:p95_5m{stage="total"}'] == pytest.approx(2.925)
     assert recorded['rag:stage_latency_seconds:slow_ratio_rate1h{stage="total"}'] == 1.0
     bound = recorded["rag:filter_false_exclusions:lower_bound30m"]
