@@ -11,8 +11,9 @@ alert expression is clauses joined by ``and on (...)``, each ``TERM`` or
 optionally ``1 - (...)``, a ``histogram_quantile`` of a rate, an increase, or the
 Wilson bound of a recorded share and count, ``monitor.rulekit.evidence.wilson_bound``), a raw
 gauge, or ``sum by (...) (increase(COUNTER[window]))``. A pass share's switch to its
-review-corrected bound reads as the judge's own bound (the demo has no reviewers). A record may have several
-rules (one per stage); a clause's label matchers choose the one that fits. An alert
+review-corrected bound reads as the judge's own bound (the demo has no reviewers). A
+record may have several rules (one per stage); a clause's label matchers choose the one
+that fits. An alert
 of another shape (the regeneration band needs weeks of history; ``up`` exists only
 in Prometheus) is reported as not evaluated here.
 """

@@ -13,7 +13,6 @@ reply off its schema). Every request is recorded, and every 200 reply reports ``
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +23,6 @@ from typing import Any
 
 USAGE = {"prompt_tokens": 120, "completion_tokens": 15, "total_tokens": 135}
 SLOW_S = 1.5
-_NUMBERED = re.compile(r"^(\d+)\. (.+)$", re.MULTILINE)
 
 
 @dataclass
@@ -94,9 +92,9 @@ class FakeOpenAI:
                 content = {"claims": self.script.claims[answer], "note": "also this"}
         else:
             verdicts = [
-                {"claim": int(n), "verdict": "supported" if supported else "unsupported"}
-                for n, claim in _NUMBERED.findall(seen.user.split("Claims:\n", 1)[1])
-                if (supported := self.script.verdicts[claim]) is not None
+                {"claim": entry["claim"], "verdict": "supported" if supported else "unsupported"}
+                for entry in json.loads(seen.user)["claims"]
+                if (supported := self.script.verdicts[entry["text"]]) is not None
             ]
             content = {"verdicts": verdicts}
         text = content if isinstance(content, str) else json.dumps(content)
@@ -119,7 +117,8 @@ class FakeOpenAI:
 
 
 def _answer_in(user: str, answer: str) -> bool:
-    return user.endswith(f"Answer:\n{answer}")
+    """Whether an extraction request's user message (a JSON object) holds ``answer``."""
+    return bool(json.loads(user).get("answer") == answer)
 
 
 @contextmanager
