@@ -47,7 +47,7 @@ class FloorBudget:
         self._clock = clock
         self._share = 1.0  # owned partitions / partitions of the topic
         self._floors: dict[str, TokenBucket] = {}
-        self._bucket = TokenBucket(max_per_second, max(1.0, max_per_second), clock)
+        self._capacity = TokenBucket(max_per_second, max(1.0, max_per_second), clock)
 
     def set_share(self, owned: int, total: int) -> None:
         share = owned / total if total else 1.0
@@ -64,7 +64,7 @@ class FloorBudget:
         floor = self._floor(service)
         if stratum == "floor":
             return "judge" if floor.take() else "floor_met"
-        if stratum not in ALWAYS and not self._bucket.take():
+        if stratum not in ALWAYS and not self._capacity.take():
             return "capacity"
         floor.spend()
         return "judge"
