@@ -110,7 +110,7 @@ class EvaluationsDetector(InlineDetector):
             DUPLICATES_TOTAL,
             "Results seen again (the same trace, span, evaluation, response id and verdict: "
             "a span event and a log record of one verdict, a retried export, a redelivery), "
-            "counted once in rag_evaluation_results_total.",
+            "counted once among the results.",
             registry=registry,
         )
         self._counted = CountedResults(config.max_tracked_results)

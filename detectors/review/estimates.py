@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from detectors.review.calibration import Reviewed, hhem_supported, human_supported
+from monitor.report_tables import Table
 from monitor.rulekit.prediction_powered import (
     RANDOM_STRATUM,
     Estimate,
@@ -127,3 +128,75 @@ def pass_shares(
         )
         for name in names
     ]
+
+
+# --- the report's table -------------------------------------------------------------------
+
+SHARE_HEAD = [
+    "judge",
+    "judged",
+    "random reviews",
+    "judge only",
+    "reviews only",
+    "corrected",
+    "weight",
+    "effective reviews",
+    "judge bias",
+]
+
+
+def interval_text(estimate: Estimate | None) -> str:
+    if estimate is None:
+        return "n/a"
+    low, high = estimate.interval(Z90)
+    return f"{estimate.share:.1%} [{low:.1%}, {high:.1%}]"
+
+
+def _share_row(share: PassShare) -> list[str]:
+    judge = share.judge_only
+    corrected = share.corrected
+    effective = share.effective_reviews
+    return [
+        share.name,
+        "n/a" if share.judged is None else f"{share.judged[0]:.0f}",
+        str(share.pairs.n),
+        "n/a" if judge is None else f"{judge[0]:.1%} [{judge[1]:.1%}, {judge[2]:.1%}]",
+        interval_text(share.review_only),
+        interval_text(corrected),
+        "n/a" if corrected is None or corrected.lam is None else f"{corrected.lam:.2f}",
+        "n/a" if effective is None else f"{effective:.0f} ({effective / share.pairs.n:.1f}x)",
+        interval_text(share.bias),
+    ]
+
+
+def _share_notes(windows: tuple[str, str] | None) -> list[str]:
+    notes = [
+        "Pass shares with their 90% intervals. Judge only: the judge's own share of every "
+        "answer it judged (Wilson interval), what the alerts read while reviews are few. "
+        "Reviews only: the reviewers' share of the random stratum's items. Corrected: the "
+        "two combined (prediction-powered inference, PPI++): unbiased whatever the judge's "
+        "errors, and narrower than the reviews alone when the judge agrees with people. "
+        "Weight: how much the judge's view counts (0: not at all). Effective reviews: how many "
+        "random reviews alone would give the corrected interval. Judge bias: the judge's pass "
+        "share minus the reviewers' on the same items.",
+    ]
+    if windows is None:
+        notes.append(
+            "Run with --prometheus URL to read the answers the judge judged: the judge-only and "
+            "corrected shares need them."
+        )
+    else:
+        judged, review = windows
+        notes.append(f"Judged answers of the last {judged}; random reviews of the last {review}.")
+    return notes
+
+
+def share_table(shares: list[PassShare], windows: tuple[str, str] | None) -> Table:
+    """The report's section: one row per judge, its three estimates and what they rest on
+    (``windows``: the judged and review windows; None when the judged were not read)."""
+    return (
+        "Pass shares: the judge's, the reviewers', corrected",
+        SHARE_HEAD,
+        [_share_row(share) for share in shares],
+        _share_notes(windows),
+    )

@@ -31,11 +31,10 @@ from detectors.review.calibration import (
     judge_calibrations,
     signal_associations,
 )
-from detectors.review.estimates import Z90, PassShare
+from detectors.review.estimates import PassShare, interval_text, share_table
 from detectors.review.model import REASONS, SUPPORTED, Progress, ReviewItem, Verdict
 from monitor.events import InvalidRecord, parse_labels
 from monitor.report_tables import Table, tables_html, tables_markdown
-from monitor.rulekit.prediction_powered import Estimate
 
 
 class ReviewedSource(Protocol):
@@ -265,65 +264,6 @@ SIGNAL_NOTE = (
 )
 
 
-SHARE_HEAD = [
-    "judge",
-    "judged",
-    "random reviews",
-    "judge only",
-    "reviews only",
-    "corrected",
-    "weight",
-    "effective reviews",
-    "judge bias",
-]
-
-
-def _interval(estimate: Estimate | None) -> str:
-    if estimate is None:
-        return "n/a"
-    low, high = estimate.interval(Z90)
-    return f"{estimate.share:.1%} [{low:.1%}, {high:.1%}]"
-
-
-def _share_row(share: PassShare) -> list[str]:
-    judge = share.judge_only
-    corrected = share.corrected
-    effective = share.effective_reviews
-    return [
-        share.name,
-        "n/a" if share.judged is None else f"{share.judged[0]:.0f}",
-        str(share.pairs.n),
-        "n/a" if judge is None else f"{judge[0]:.1%} [{judge[1]:.1%}, {judge[2]:.1%}]",
-        _interval(share.review_only),
-        _interval(corrected),
-        "n/a" if corrected is None or corrected.lam is None else f"{corrected.lam:.2f}",
-        "n/a" if effective is None else f"{effective:.0f} ({effective / share.pairs.n:.1f}x)",
-        _interval(share.bias),
-    ]
-
-
-def _share_notes(report: ReviewReport) -> list[str]:
-    notes = [
-        "Pass shares with their 90% intervals. Judge only: the judge's own share of every "
-        "answer it judged (Wilson interval), what the alerts read while reviews are few. "
-        "Reviews only: the reviewers' share of the random stratum's items. Corrected: the "
-        "two combined (prediction-powered inference, PPI++): unbiased whatever the judge's "
-        "errors, and narrower than the reviews alone when the judge agrees with people. "
-        "Weight: how much the judge's view counts (0: not at all). Effective reviews: how many "
-        "random reviews alone would give the corrected interval. Judge bias: the judge's pass "
-        "share minus the reviewers' on the same items.",
-    ]
-    if report.windows is None:
-        notes.append(
-            "Run with --prometheus URL to read the answers the judge judged: the judge-only and "
-            "corrected shares need them."
-        )
-    else:
-        judged, review = report.windows
-        notes.append(f"Judged answers of the last {judged}; random reviews of the last {review}.")
-    return notes
-
-
 def _progress_rows(progress: Progress | None) -> list[list[str]]:
     if progress is None:
         return []
@@ -356,12 +296,7 @@ def _tables(report: ReviewReport) -> list[Table]:
         ("Queue", ["stratum", "queued", "reviewed"], _progress_rows(report.progress), []),
         ("Reviewers' verdicts", ["verdict", "items"], verdicts, [golden]),
         *(_judge_table(judge) for judge in report.judges),
-        (
-            "Pass shares: the judge's, the reviewers', corrected",
-            SHARE_HEAD,
-            [_share_row(share) for share in report.shares],
-            _share_notes(report),
-        ),
+        share_table(report.shares, report.windows),
         (
             "Evaluation agreement with reviewers",
             EVALUATION_HEAD,
@@ -397,7 +332,7 @@ def summary(report: ReviewReport) -> str:
     )
     signals = f"{len(report.signals)} implicit signals"
     shares = "".join(
-        f"; {share.name} corrected {_interval(share.corrected)}"
+        f"; {share.name} corrected {interval_text(share.corrected)}"
         for share in report.shares
         if share.corrected is not None
     )
