@@ -117,13 +117,17 @@ class Command:
     the parser (``--config`` is already there); ``run`` gets the parsed
     arguments and the validated root ``Config`` and returns the exit code. Only
     ``run`` of the chosen command is called after parsing, so heavy imports
-    belong inside it.
+    belong inside it. A command whose process serves its own ``/metrics`` (the scorer)
+    gives ``metrics``: given the root ``Config`` and a registry, it declares there what
+    the process declares before it loads anything, without starting it, so that the
+    metrics reference lists that role's families with the sidecar's.
     """
 
     words: tuple[str] | tuple[str, str]
     help: str
     arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace, Any], int]
+    metrics: Callable[[Any, CollectorRegistry], None] | None = None
 
 
 @dataclass(frozen=True)
