@@ -184,6 +184,10 @@ def _no_metrics(registry: CollectorRegistry) -> None:
     return None
 
 
+def _no_extras(config: Any) -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class DetectorComponent:
     """A registered detector: its config model, how to build it, its rules and panels.
@@ -200,7 +204,9 @@ class DetectorComponent:
     (``--incident KIND:START:DURATION``), which it reads with ``world.during(kind)``.
     ``late_metrics`` declares on a registry the metric families its detector declares only
     once it runs (a model loaded, a page started, a judge other than the default), so that
-    the metrics reference lists them with the rest.
+    the metrics reference lists them with the rest. ``require_extras`` takes the section
+    and raises ``monitor.extras.MissingExtraError`` when what it enables needs an extra
+    that is not installed; the sidecar asks before it builds, ``check-config`` asks too.
     """
 
     name: str
@@ -216,6 +222,7 @@ class DetectorComponent:
     simulate: Callable[[Any, Any, SimulatedWorld], None] = _no_series
     incidents: tuple[str, ...] = ()
     late_metrics: Callable[[CollectorRegistry], None] = _no_metrics
+    require_extras: Callable[[Any], None] = _no_extras
 
 
 class Receiver(Protocol):
