@@ -124,6 +124,7 @@ def test_check_config_refuses_what_the_start_refuses(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    *,
     settings: dict[str, Any],
     hidden: str,
     message: str,
