@@ -150,6 +150,13 @@ def test_every_key_is_listed_under_its_own_section() -> None:
         assert f"\n| `{name}` |" in page[start:end], key.path
 
 
+def test_detectors_index_lists_every_registered_detector() -> None:
+    """The detectors index has a row, with a link, for each registered detector component."""
+    index = (DOCS / "pages" / "detectors" / "index.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| \[(\w+)\]\(", index, re.M))
+    assert sorted({c.name for c in load_components()} - listed) == []
+
+
 def _hooks() -> object:
     spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
     assert spec is not None
