@@ -248,14 +248,23 @@ MOVED_KEYS = {
 }
 
 
+# Keys retired (docs: Changes): old dotted path -> what replaces it.
+RETIRED_KEYS = {
+    "detectors.faithfulness.remote.floor_window_s": "the scorers keep the floor at an even "
+    "rate over the hour; detectors.faithfulness.remote.floor_burst_s bounds what they save",
+}
+
+
 def _moved_keys(raw: Mapping[str, Any]) -> Iterator[str]:
-    """One problem per moved key the file (or the environment) still sets."""
-    for old, new in MOVED_KEYS.items():
+    """One problem per moved or retired key the file (or the environment) still sets."""
+    problems = {old: f"moved to {new}" for old, new in MOVED_KEYS.items()}
+    problems |= {old: f"retired: {why}" for old, why in RETIRED_KEYS.items()}
+    for old, problem in problems.items():
         node: Any = raw
         for key in old.split("."):
             node = node.get(key) if isinstance(node, Mapping) else None
         if node is not None:
-            yield f"{old}: moved to {new} (docs: Changes)"
+            yield f"{old}: {problem} (docs: Changes)"
 
 
 def detector_section(config: Config, component: DetectorComponent) -> Any:

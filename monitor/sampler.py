@@ -59,7 +59,8 @@ class Sampled:
 
 
 class TokenBucket:
-    """``rate`` tokens a second, up to ``burst`` saved; ``take`` never waits."""
+    """``rate`` tokens a second, up to ``burst`` saved (it starts full); ``take`` never
+    waits."""
 
     def __init__(self, rate: float, burst: float, clock: Callable[[], float]) -> None:
         self._rate = rate
@@ -68,14 +69,44 @@ class TokenBucket:
         self._clock = clock
         self._last = clock()
 
+    @classmethod
+    def hourly(cls, per_hour: float, burst_s: float, clock: Callable[[], float]) -> TokenBucket:
+        """``per_hour`` tokens an hour, spent evenly over it: see ``set_hourly``."""
+        return cls(*_hourly(per_hour, burst_s), clock)
+
+    def set_hourly(self, per_hour: float, burst_s: float) -> None:
+        """From now on ``per_hour`` tokens an hour, with at most ``burst_s`` seconds of them
+        saved (one token at least, so that a rate under one per ``burst_s`` still passes;
+        none at a rate of 0). What was saved, or owed, is kept within the new bound."""
+        self._refill()
+        self._rate, self._burst = _hourly(per_hour, burst_s)
+        self._tokens = min(self._burst, max(-self._burst, self._tokens))
+
     def take(self) -> bool:
-        now = self._clock()
-        self._tokens = min(self._burst, self._tokens + (now - self._last) * self._rate)
-        self._last = now
+        self._refill()
         if self._tokens >= 1.0:
             self._tokens -= 1.0
             return True
         return False
+
+    def spend(self) -> None:
+        """Take a token whether one is there or not: what is owed (``burst`` at most) is
+        made up before ``take`` gives one again."""
+        self._refill()
+        self._tokens = max(-self._burst, self._tokens - 1.0)
+
+    def _refill(self) -> None:
+        now = self._clock()
+        # A wall clock set back adds nothing rather than taking tokens away.
+        elapsed = max(0.0, now - self._last)
+        self._tokens = min(self._burst, self._tokens + elapsed * self._rate)
+        self._last = now
+
+
+def _hourly(per_hour: float, burst_s: float) -> tuple[float, float]:
+    """(rate a second, burst) of ``per_hour`` an hour saving ``burst_s`` seconds of it."""
+    burst = max(1.0, per_hour * burst_s / 3600.0) if per_hour > 0 else 0.0
+    return per_hour / 3600.0, burst
 
 
 class HourlyTraffic:

@@ -97,12 +97,13 @@ class RemoteJudgingConfig(Section):
         min_length=1,
         description="the scorers' consumer group on requests_topic",
     )
-    floor_window_s: float = Field(
-        3600.0,
+    floor_burst_s: float = Field(
+        60.0,
         gt=0,
-        le=86_400,
-        description="the scorers' budget window per service, in which min_scored_per_hour "
-        "scaled to the window is met once; 3600 in production (tests shorten it)",
+        le=3600,
+        description="the scorers keep min_scored_per_hour per service at an even rate; this "
+        "many seconds of it are saved at most, judged at once when candidates come after a "
+        "quiet spell (and at a scorer's start)",
     )
     dedupe_size: int = Field(
         100_000,
@@ -130,7 +131,7 @@ class FaithfulnessConfig(Section):
     )
     remote: RemoteJudgingConfig = Field(
         default_factory=RemoteJudgingConfig,
-        description="judge_location: kafka: topics, the scorers' group, the floor's window",
+        description="judge_location: kafka: topics, the scorers' group, the floor's burst",
     )
     judge: JudgeKind = Field(
         "hhem",

@@ -13,8 +13,9 @@ unchanged, and ``detectors.evaluations.emit`` sends both on.
 
 The stratum says why the pair was taken, in the order the scorers keep pairs when they
 must shed: ``thumbs_down`` and ``probe`` (always), ``floor`` (taken only because
-``min_scored_per_hour`` raised this sidecar's rate: a candidate the scorers keep while the
-service's floor is not met), ``random`` (under ``sample_rate``).
+``min_scored_per_hour`` raised this sidecar's rate: a candidate the scorers keep at the
+service floor's rate, what other judged pairs leave of it), ``random`` (under
+``sample_rate``).
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ class Scorer:
         self._judge_name = judge_name(config)
         self.seen = SeenTraces(config.remote.dedupe_size)
         self.budget = FloorBudget(
-            config.min_scored_per_hour, config.remote.floor_window_s, config.max_per_second
+            config.min_scored_per_hour, config.remote.floor_burst_s, config.max_per_second
         )
         self.ready = threading.Event()  # the judge loaded and the group joined
         # Verdicts sent since the last flush: a pair redelivered after a failed flush is sent
@@ -202,7 +202,6 @@ class Scorer:
             if decision != "judge":
                 self.metrics.pairs.labels(pair.stratum, decision).inc()
                 continue
-            self.budget.scored(pair.service)
             admitted.append(pair)
         admitted.sort(key=lambda p: len(p.premise) + len(p.answer))
         size = max(1, judge.batch_size)

@@ -2,17 +2,20 @@
 
 The floor per service. ``min_scored_per_hour`` is met once per service, whatever the
 number of sidecars: each sidecar publishes ``floor`` candidates (its own floor, as inline),
-and the scorers keep them only while the service has not had its floor in the current
-window (``remote.floor_window_s``, an hour in production). The scorers share the floor by
-the partitions they own: pairs are keyed by trace id, so each of P partitions carries
-about 1/P of every service's candidates, and a scorer that owns k partitions keeps
-``floor * k / P`` of them a window. The split is exact in expectation, not per window; a
-rebalance in mid-window changes the share but not what was counted. Every scored pair
-counts toward its service's window, so at high traffic the ``random`` stratum meets the
-floor alone and the candidates are shed.
+and the scorers keep them at the floor's rate, spread evenly over the hour: a token bucket
+per service fills at ``floor * share / 3600`` a second and saves at most
+``remote.floor_burst_s`` seconds of it (one token at least). A window's budget spent at its
+start would judge the hour's floor in its first minutes and leave the rest of the hour
+without evidence. The scorers share the floor by the partitions they own: pairs are keyed
+by trace id, so each of P partitions carries about 1/P of every service's candidates, and a
+scorer that owns k partitions keeps ``floor * k / P`` of them an hour (exact in expectation;
+a rebalance changes the rate from then on). Every judged pair takes a token when one is
+there and owes it when none is (a debt bounded by the burst), so at high traffic the
+``random`` stratum meets the floor alone and the candidates are shed.
 
-Priority when shedding: ``thumbs_down`` and ``probe`` are always judged; ``floor`` up to
-the share; ``random`` within ``max_per_second`` (the scorer's capacity), the rest shed.
+Priority when shedding: ``thumbs_down`` and ``probe`` are always judged; ``floor`` while
+the service's bucket has a token; ``random`` within ``max_per_second`` (the scorer's
+capacity), the rest shed.
 """
 
 from __future__ import annotations
@@ -30,46 +33,49 @@ Decision = Literal["judge", "floor_met", "capacity"]
 
 
 class FloorBudget:
-    """Per-service windows of scored pairs and this scorer's share of each floor."""
+    """Per-service buckets of the floor at this scorer's share, and the scorer's capacity."""
 
     def __init__(
         self,
         per_hour: float,
-        window_s: float,
+        burst_s: float,
         max_per_second: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._per_window = per_hour * window_s / 3600.0
-        self._window_s = window_s
+        self._per_hour = per_hour
+        self._burst_s = burst_s
         self._clock = clock
         self._share = 1.0  # owned partitions / partitions of the topic
-        self._windows: dict[str, tuple[float, int]] = {}  # service -> (start, scored)
-        self._bucket = TokenBucket(max_per_second, max(1.0, max_per_second), clock)
+        self._floors: dict[str, TokenBucket] = {}
+        self._capacity = TokenBucket(max_per_second, max(1.0, max_per_second), clock)
 
     def set_share(self, owned: int, total: int) -> None:
-        self._share = owned / total if total else 1.0
+        share = owned / total if total else 1.0
+        if share != self._share:
+            self._share = share
+            for floor in self._floors.values():
+                floor.set_hourly(self._per_hour * share, self._burst_s)
 
     def decide(self, service: str, stratum: str) -> Decision:
-        """Whether to judge a pair of ``service`` taken for ``stratum``; a judged pair
-        counts toward the service's window (call ``scored`` only for the judged)."""
-        _start, scored = self._window(service)
-        if stratum in ALWAYS:
-            return "judge"
+        """Whether to judge a pair of ``service`` taken for ``stratum``. Every pair to
+        judge counts toward the service's floor: a ``floor`` pair needs a token, any other
+        takes one even when none is there, so the floor's candidates wait until the
+        bucket has made that up."""
+        floor = self._floor(service)
         if stratum == "floor":
-            return "judge" if scored < self._per_window * self._share else "floor_met"
-        return "judge" if self._bucket.take() else "capacity"
+            return "judge" if floor.take() else "floor_met"
+        if stratum not in ALWAYS and not self._capacity.take():
+            return "capacity"
+        floor.spend()
+        return "judge"
 
-    def scored(self, service: str) -> None:
-        start, scored = self._window(service)
-        self._windows[service] = (start, scored + 1)
-
-    def _window(self, service: str) -> tuple[float, int]:
-        """The service's window: it starts at its first pair and lasts ``window_s``."""
-        now = self._clock()
-        window = self._windows.get(service)
-        if window is None or now - window[0] >= self._window_s:
-            window = self._windows[service] = (now, 0)
-        return window
+    def _floor(self, service: str) -> TokenBucket:
+        floor = self._floors.get(service)
+        if floor is None:
+            floor = self._floors[service] = TokenBucket.hourly(
+                self._per_hour * self._share, self._burst_s, self._clock
+            )
+        return floor
 
 
 class SeenTraces:

@@ -30,7 +30,8 @@ class ReviewHttpSettings(HttpListener):
 
 
 class MaxPerHour(Section):
-    """Per-stratum bounds: items queued per hour at most; the rest are counted skipped."""
+    """Per-stratum bounds: items queued an hour at most, spent evenly over the hour (five
+    minutes of it saved at most); the rest are counted skipped."""
 
     random: int = Field(200, ge=0, description="random items per hour at most")
     low_faithfulness: int = Field(100, ge=0, description="low-faithfulness items per hour")
@@ -70,7 +71,8 @@ class ReviewConfig(Section):
         description="random answers queued per week for reading, spread over its 168 hours",
     )
     max_per_hour: MaxPerHour = Field(
-        default_factory=MaxPerHour, description="per-stratum bounds on items queued per hour"
+        default_factory=MaxPerHour,
+        description="per-stratum bounds on items queued an hour, spent evenly over it",
     )
     buffer_size: int = Field(
         10_000,

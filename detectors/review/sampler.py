@@ -10,9 +10,13 @@
 Later evidence needs the trace's text, so recent candidates (traces with a query and an
 answer; a trace lacking one is counted as a missing input and never queued: a reviewer
 would have nothing to judge) are held in a bounded buffer; evidence for a trace that left
-it is counted ``expired``. Every stratum but weekly_reading is bounded per hour. What is
-taken goes to ``sink`` (the detector's worker: the store, Kafka) as an action; ``sink``
-never waits.
+it is counted ``expired``. Every stratum but weekly_reading is bounded per hour, and the
+bound is spent evenly over the hour: a token bucket of ``max_per_hour / 3600`` a second
+that saves at most ``BURST_S`` of it. A count per clock hour would take the first
+``max_per_hour`` candidates of each hour once traffic passes the bound, so the random
+stratum would come from the hour's first minutes only (and the other strata would miss
+whatever happens later in the hour). What is taken goes to ``sink`` (the detector's worker:
+the store, Kafka) as an action; ``sink`` never waits.
 
 An item also carries the outcomes of the evaluations compared with review (``rules``:
 ``detectors.evaluations`` entries with ``compare_with_review``): results inside the
@@ -39,7 +43,7 @@ from detectors.review.model import (
     Stratum,
     with_evaluation,
 )
-from monitor.sampler import trace_fraction
+from monitor.sampler import TokenBucket, trace_fraction
 from monitor.trace import EvaluationResult, Event, Feedback, JudgeScore, RagTrace
 
 # Per evaluation compared with review: its pass rule (True: pass; None: not judged).
@@ -47,6 +51,9 @@ PassRules = Mapping[str, Callable[[EvaluationResult], bool | None]]
 HOUR_S = 3600.0
 WEEK_S = 7 * 24 * HOUR_S
 HOURS_PER_WEEK = 168
+# What a stratum saves of its hourly bound at most: five minutes of it, so that a clump of
+# evidence (an incident's thumbs-downs) gets a few items at once, never the hour's share.
+BURST_S = 300.0
 _Value = TypeVar("_Value")
 
 
@@ -200,14 +207,16 @@ class ReviewSampler:
         self._buffer: OrderedDict[str, ReviewItem] = OrderedDict()
         self._last_in_session: OrderedDict[str, str] = OrderedDict()
         self._queued: OrderedDict[str, set[Stratum]] = OrderedDict()
-        self._hour = -1
-        self._this_hour: dict[Stratum, int] = {}
         self._weekly = WeeklyReading(config.weekly_reading)
         self._rates: dict[Stratum, float] = {
             "random": config.random_rate,
             "low_faithfulness": config.low_faithfulness_rate,
             "thumbs_down": config.thumbs_down_rate,
             "follow_up": config.follow_up_rate,
+        }
+        self._bounds = {
+            stratum: TokenBucket.hourly(getattr(config.max_per_hour, stratum), BURST_S, clock)
+            for stratum in self._rates
         }
 
     def observe(self, trace: RagTrace) -> None:
@@ -223,10 +232,10 @@ class ReviewSampler:
             if trace.session_id:
                 previous = self._last_in_session.pop(trace.session_id, None)
                 if previous is not None and any(p.search(item.query) for p in self._patterns):
-                    self._take(previous, "follow_up", now)
+                    self._take(previous, "follow_up")
                 _hold(self._last_in_session, trace.session_id, trace.trace_id, self._bound)
             _hold(self._buffer, trace.trace_id, item, self._bound)
-            self._take(trace.trace_id, "random", now)
+            self._take(trace.trace_id, "random")
             if self._config.weekly_reading:
                 self._release_weekly(self._weekly.offer(item, now))
 
@@ -255,7 +264,7 @@ class ReviewSampler:
         if event.trace_id in self._queued:
             self._sink(AttachScore(event.trace_id, event.score, event.threshold, event.judge))
         if event.score < event.threshold:
-            self._take(event.trace_id, "low_faithfulness", self._clock())
+            self._take(event.trace_id, "low_faithfulness")
 
     def _feedback(self, event: Feedback) -> None:
         held = self._buffer.get(event.trace_id)
@@ -264,7 +273,7 @@ class ReviewSampler:
         if event.trace_id in self._queued:
             self._sink(AttachFeedback(event.trace_id, event.kind))
         if event.kind == "thumbs_down":
-            self._take(event.trace_id, "thumbs_down", self._clock())
+            self._take(event.trace_id, "thumbs_down")
 
     def _evaluated(self, event: EvaluationResult) -> None:
         """A result sent apart from its request: joined by trace id to a trace this replica
@@ -278,9 +287,9 @@ class ReviewSampler:
         if event.trace_id in self._queued:
             self._sink(AttachEvaluation(event.trace_id, *found))
 
-    def _take(self, trace_id: str, stratum: Stratum, now: float) -> None:
+    def _take(self, trace_id: str, stratum: Stratum) -> None:
         """Queue the trace in ``stratum`` if its hash falls under the stratum's rate and the
-        stratum's hourly bound has room."""
+        stratum's hourly bound has a token."""
         if stratum_fraction(stratum, trace_id) >= self._rates[stratum]:
             return
         if stratum in self._queued.get(trace_id, ()):
@@ -289,14 +298,10 @@ class ReviewSampler:
         if item is None:
             self._metrics.skipped.labels(stratum, "expired").inc()
             return
-        hour = int(now // HOUR_S)
-        if hour != self._hour:
-            self._hour, self._this_hour = hour, {}
-        if self._this_hour.get(stratum, 0) >= getattr(self._config.max_per_hour, stratum):
+        if not self._bounds[stratum].take():
             self._metrics.skipped.labels(stratum, "max_per_hour").inc()
             return
-        if self._enqueue(item, stratum):
-            self._this_hour[stratum] = self._this_hour.get(stratum, 0) + 1
+        self._enqueue(item, stratum)
 
     def _release_weekly(self, items: list[ReviewItem]) -> None:
         for item in items:

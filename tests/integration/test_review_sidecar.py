@@ -15,6 +15,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from structlog.testing import capture_logs
 
+from detectors.review.config import MaxPerHour
 from detectors.review.detector import ReviewDetector
 from detectors.review.model import Stratum, Verdict
 from detectors.review.report import write_report
@@ -111,6 +112,8 @@ def review_settings(tmp_path: Path, *, score: bool = True, **review: Any) -> dic
                 "random_rate": 0.25,
                 "low_faithfulness_rate": 0.5,
                 "weekly_reading": 0,
+                # bounds out of reach (their bursts hold 833 each): these tests count strata
+                "max_per_hour": dict.fromkeys(MaxPerHour.model_fields, 10_000),
                 "http": {"port": 0},
                 **review,
             },

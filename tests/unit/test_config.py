@@ -212,11 +212,18 @@ def test_removed_keys_are_unknown(tmp_path: Path, yaml_text: str, problem: str) 
             "collectors: {phoenix: {enabled: true}}",
             "collectors.phoenix: moved to detectors.faithfulness.phoenix",
         ),
+        (
+            "detectors: {faithfulness: {remote: {floor_window_s: 3600}}}",
+            "detectors.faithfulness.remote.floor_window_s: retired: the scorers keep the "
+            "floor at an even rate over the hour; detectors.faithfulness.remote.floor_burst_s "
+            "bounds what they save",
+        ),
     ],
-    ids=["assembly", "mapping", "auth_token_env", "phoenix"],
+    ids=["assembly", "mapping", "auth_token_env", "phoenix", "floor_window_s"],
 )
 def test_moved_keys_fail_naming_the_new_key(tmp_path: Path, yaml_text: str, problem: str) -> None:
-    """A key that moved is refused at load with its new place, not as an unknown key."""
+    """A key that moved (or was retired) is refused at load with its new place (or what
+    replaces it), not as an unknown key."""
     path = tmp_path / "c.yaml"
     path.write_text(yaml_text)
     with pytest.raises(ConfigError) as caught:

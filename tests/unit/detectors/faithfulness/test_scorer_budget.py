@@ -32,22 +32,73 @@ def trace(trace_id: str, **fields: Any) -> RagTrace:
     return RagTrace(trace_id=trace_id, time=datetime.now(UTC), source="kafka", **fields)
 
 
-def test_floor_candidates_are_kept_up_to_the_scorers_share_of_one_window() -> None:
-    """600 an hour in a 60 s window is 10; owning 2 of 4 partitions keeps 5, then sheds;
-    a new window keeps 5 again."""
+def judged_per_minute(
+    budget: FloorBudget, clock: Clock, minutes: int, per_second: dict[str, float]
+) -> dict[str, list[int]]:
+    """Pairs of one service judged in each minute, by stratum, with each stratum's pairs
+    arriving evenly at its rate a second."""
+    arrivals = sorted(
+        (n / rate, stratum)
+        for stratum, rate in per_second.items()
+        for n in range(int(minutes * 60 * rate))
+    )
+    judged = {stratum: [0] * minutes for stratum in per_second}
+    start = clock.now
+    for at, stratum in arrivals:
+        clock.now = start + at
+        if budget.decide("checkout", stratum) == "judge":
+            judged[stratum][int(at // 60)] += 1
+    return judged
+
+
+def test_floor_candidates_are_kept_at_the_floors_rate_all_hour_not_at_its_start() -> None:
+    """A floor of 7,200 an hour at 2 of 4 partitions is 1/s for this scorer: candidates at
+    4/s for an hour are kept 60 a minute in every minute after the first, which adds the
+    saved burst (60 s of floor) and no more; the last half hour has its half."""
     clock = Clock()
-    budget = FloorBudget(600, 60, max_per_second=100, clock=clock)
+    budget = FloorBudget(7200, 60, max_per_second=100, clock=clock)
     budget.set_share(2, 4)
-    decisions = []
-    for _ in range(8):
-        decision = budget.decide("checkout", "floor")
-        decisions.append(decision)
-        if decision == "judge":
-            budget.scored("checkout")
-    assert decisions == ["judge"] * 5 + ["floor_met"] * 3
-    assert budget.decide("search", "floor") == "judge"  # its own window
-    clock.now += 60
-    assert budget.decide("checkout", "floor") == "judge"
+    floor = judged_per_minute(budget, clock, 60, {"floor": 4.0})["floor"]
+    assert 60 <= floor[0] <= 60 + 60 + 1
+    assert all(59 <= n <= 61 for n in floor[1:]), floor
+    assert 1770 <= sum(floor[30:]) <= 1830
+
+
+def test_the_burst_saved_over_a_quiet_spell_is_bounded() -> None:
+    """After ten quiet minutes a flood of 1,000 floor candidates keeps one burst (60 s of the
+    scorer's 1/s), not ten minutes of floor; a service first seen starts with one burst too,
+    and a smaller share cuts what was saved to its own burst."""
+    clock = Clock()
+    budget = FloorBudget(7200, 60, max_per_second=100, clock=clock)
+    budget.set_share(2, 4)
+    decisions = [budget.decide("checkout", "floor") for _ in range(1000)]
+    assert decisions.count("judge") == 60
+    clock.now += 600
+    decisions = [budget.decide("checkout", "floor") for _ in range(1000)]
+    assert decisions.count("judge") == 60
+    clock.now += 600
+    budget.set_share(1, 4)
+    assert [budget.decide("checkout", "floor") for _ in range(1000)].count("judge") == 30
+    assert [budget.decide("search", "floor") for _ in range(1000)].count("judge") == 30
+
+
+@pytest.mark.parametrize(
+    ("random_per_s", "floor_per_minute"),
+    [(2.0, 0), (0.5, 30)],
+    ids=["random-above-floor", "random-below-floor"],
+)
+def test_judged_pairs_of_any_stratum_count_toward_the_floor(
+    random_per_s: float, floor_per_minute: int
+) -> None:
+    """Against this scorer's floor of 1/s, random pairs at 2/s meet it alone: after the
+    first minute every floor candidate (4/s) is shed and every random pair judged; random
+    at 0.5/s leaves the other 0.5/s to the candidates."""
+    clock = Clock()
+    budget = FloorBudget(7200, 60, max_per_second=100, clock=clock)
+    budget.set_share(2, 4)
+    judged = judged_per_minute(budget, clock, 60, {"floor": 4.0, "random": random_per_s})
+    assert judged["random"] == [int(60 * random_per_s)] * 60
+    assert all(abs(n - floor_per_minute) <= 1 for n in judged["floor"][1:]), judged["floor"]
 
 
 @pytest.mark.parametrize("stratum", ["thumbs_down", "probe"], ids=["thumbs_down", "probe"])

@@ -26,6 +26,8 @@ from monitor.trace import Context, Feedback, JudgeScore, RagTrace
 from tests.conftest import sample
 
 N = 10_000
+# A bound no test reaches: even its burst (BURST_S of it) holds every trace of a test.
+UNBOUNDED = 10**9
 
 
 class FakeClock:
@@ -60,7 +62,7 @@ class Sink:
 def make(
     clock: FakeClock | None = None, **settings: Any
 ) -> tuple[ReviewSampler, Sink, CollectorRegistry]:
-    unbounded = dict.fromkeys(("random", "low_faithfulness", "thumbs_down", "follow_up"), N)
+    unbounded = dict.fromkeys(("random", "low_faithfulness", "thumbs_down", "follow_up"), UNBOUNDED)
     config = ReviewConfig.model_validate(
         {
             "enabled": True,
@@ -185,22 +187,42 @@ def test_traces_without_query_or_answer_are_no_candidates() -> None:
     )
 
 
-def test_each_stratum_is_bounded_per_hour_and_refusals_are_counted() -> None:
-    """At random_rate 1 and max_per_hour 10, 50 traces in one hour queue 10 and skip 40; the
-    next hour has room again. A full worker queue is counted too."""
+def test_each_stratum_bound_is_spent_evenly_over_the_hour() -> None:
+    """At random_rate 1, max_per_hour 120 and a trace a second, each minute after the first
+    five queues 2 (the first minute adds the saved burst: 5 minutes, 10), the last half
+    hour as many as the first half's later minutes, and the rest are counted skipped."""
     clock = FakeClock()
-    sampler, sink, registry = make(clock, random_rate=1.0, max_per_hour={"random": 10})
-    for i in range(50):
+    sampler, sink, registry = make(clock, random_rate=1.0, max_per_hour={"random": 120})
+    minute_of: dict[str, int] = {}
+    for i in range(int(HOUR_S)):
+        clock.now = 1_000_000.0 + i
+        minute_of[f"{i:032x}"] = i // 60
         sampler.observe(trace(i))
-    assert len(sink.queued("random")) == 10
-    assert (
-        sample(registry, "rag_review_skipped_total", stratum="random", reason="max_per_hour") == 40
+    per_minute = Counter(minute_of[tid] for tid in sink.queued("random"))
+    assert 10 <= per_minute[0] <= 10 + 2 + 1
+    assert all(1 <= per_minute[m] <= 3 for m in range(1, 60)), per_minute
+    assert 59 <= sum(per_minute[m] for m in range(30, 60)) <= 61
+    queued = len(sink.queued("random"))
+    assert queued <= 120 + 10 + 1
+    skipped = sample(registry, "rag_review_skipped_total", stratum="random", reason="max_per_hour")
+    assert skipped == HOUR_S - queued
+
+
+def test_a_zero_bound_queues_nothing_and_a_full_queue_is_counted() -> None:
+    """max_per_hour 0 skips its stratum's every pick; a full worker queue is counted too."""
+    clock = FakeClock()
+    sampler, sink, registry = make(
+        clock, random_rate=1.0, thumbs_down_rate=1.0, max_per_hour={"thumbs_down": 0}
     )
-    clock.now += HOUR_S
-    sampler.observe(trace(100))
-    assert len(sink.queued("random")) == 11
+    sampler.observe(trace(1))
+    sampler.observe_event(Feedback(f"{1:032x}", "thumbs_down"))
+    assert (sink.queued("random"), sink.queued("thumbs_down")) == ([f"{1:032x}"], [])
+    assert (
+        sample(registry, "rag_review_skipped_total", stratum="thumbs_down", reason="max_per_hour")
+        == 1
+    )
     sink.full = True
-    sampler.observe(trace(101))
+    sampler.observe(trace(2))
     assert sample(registry, "rag_review_skipped_total", stratum="random", reason="queue_full") == 1
 
 
