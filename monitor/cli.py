@@ -142,10 +142,16 @@ def _fetch_models(path: Path | None, to: Path | None) -> int:
 
 
 def _check_config(path: Path | None, explain_keys: bool) -> int:
-    from monitor.config import explain
+    from monitor.config import Config, explain, require_extras
+    from monitor.extras import MissingExtraError
 
     config = _load(path)
-    if config is None:
+    if not isinstance(config, Config):
+        return 1
+    try:
+        require_extras(config)
+    except MissingExtraError as exc:  # the start refuses it with the same line
+        print(f"invalid configuration: {exc}", file=sys.stderr)
         return 1
     print(f"{path or 'defaults'}: valid")
     if explain_keys:

@@ -117,13 +117,17 @@ class Command:
     the parser (``--config`` is already there); ``run`` gets the parsed
     arguments and the validated root ``Config`` and returns the exit code. Only
     ``run`` of the chosen command is called after parsing, so heavy imports
-    belong inside it.
+    belong inside it. A command whose process serves its own ``/metrics`` (the scorer)
+    gives ``metrics``: given the root ``Config`` and a registry, it declares there what
+    the process declares before it loads anything, without starting it, so that the
+    metrics reference lists that role's families with the sidecar's.
     """
 
     words: tuple[str] | tuple[str, str]
     help: str
     arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace, Any], int]
+    metrics: Callable[[Any, CollectorRegistry], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +184,10 @@ def _no_metrics(registry: CollectorRegistry) -> None:
     return None
 
 
+def _no_extras(config: Any) -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class DetectorComponent:
     """A registered detector: its config model, how to build it, its rules and panels.
@@ -196,7 +204,9 @@ class DetectorComponent:
     (``--incident KIND:START:DURATION``), which it reads with ``world.during(kind)``.
     ``late_metrics`` declares on a registry the metric families its detector declares only
     once it runs (a model loaded, a page started, a judge other than the default), so that
-    the metrics reference lists them with the rest.
+    the metrics reference lists them with the rest. ``require_extras`` takes the section
+    and raises ``monitor.extras.MissingExtraError`` when what it enables needs an extra
+    that is not installed; the sidecar asks before it builds, ``check-config`` asks too.
     """
 
     name: str
@@ -212,6 +222,7 @@ class DetectorComponent:
     simulate: Callable[[Any, Any, SimulatedWorld], None] = _no_series
     incidents: tuple[str, ...] = ()
     late_metrics: Callable[[CollectorRegistry], None] = _no_metrics
+    require_extras: Callable[[Any], None] = _no_extras
 
 
 class Receiver(Protocol):

@@ -272,6 +272,14 @@ def detector_section(config: Config, component: DetectorComponent) -> Any:
     return getattr(config.detectors, component.name, None) or component.config_model()
 
 
+def require_extras(config: Config) -> None:
+    """Raise ``MissingExtraError`` (the ``pip install`` to run, the setting that would do
+    without it) when a detector section enables what needs an extra that is not installed:
+    the sidecar's start and ``check-config`` refuse the same configurations."""
+    for component in load_components():
+        component.require_extras(detector_section(config, component))
+
+
 def collector_section(config: Config, component: CollectorComponent) -> Any:
     """The component's validated ``collectors:`` section (its defaults without settings)."""
     return getattr(config.collectors, component.key, None) or component.config_model()

@@ -22,7 +22,13 @@ from monitor.components import (
     load_components,
     write_token,
 )
-from monitor.config import Config, collector_section, detector_section, kafka_connection
+from monitor.config import (
+    Config,
+    collector_section,
+    detector_section,
+    kafka_connection,
+    require_extras,
+)
 from monitor.detector import Detector
 from monitor.http.endpoints import ComponentsUp, MetricsServer, Readiness
 from monitor.intake import TraceAssembly
@@ -45,7 +51,9 @@ def build_detectors(
     config: Config, registry: CollectorRegistry, emit: EventHook | None = None
 ) -> list[Detector]:
     """One detector per registered component, in component order. ``emit`` is the hook
-    their events go through once it is bound to the pipeline."""
+    their events go through once it is bound to the pipeline. Raises ``MissingExtraError``
+    first when what the configuration enables is not installed."""
+    require_extras(config)
     context = BuildContext(
         registry=registry,
         state_dir=config.service.state_dir,

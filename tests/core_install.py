@@ -78,6 +78,12 @@ def importable(bin_dir: Path, modules: tuple[str, ...]) -> list[str]:
     return result.stdout.split()
 
 
+def core_environment() -> dict[str, str]:
+    """This environment without what would point the core venv's programs at the checkout
+    or at another venv."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
 class CoreSidecar(SidecarProcess):
     """``rag-monitor run`` from the core venv, started outside the checkout so that only
     the installed copy can be imported."""
@@ -87,15 +93,12 @@ class CoreSidecar(SidecarProcess):
         self.bin_dir = bin_dir
 
     def start(self) -> CoreSidecar:
-        environment = {
-            k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")
-        }
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [str(self.bin_dir / "rag-monitor"), "run", "--config", str(self.config_path)],
                 cwd=self.config_path.parent,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**environment, "PYTHONUNBUFFERED": "1"},
+                env={**core_environment(), "PYTHONUNBUFFERED": "1"},
             )
         return self

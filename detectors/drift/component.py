@@ -19,9 +19,8 @@ EMBEDDER_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 VERIFY_TEXTS = ["where is my parcel"]
 
 
-def _build(config: DriftConfig, context: BuildContext) -> Detector:
-    from detectors.drift.detector import DriftDetector
-
+def require_extras(config: DriftConfig) -> None:
+    """The alibi backend and a configured embedder each need their extra."""
     if config.enabled and config.backend == "alibi":
         require_extra("alibi", "detectors.drift (backend: alibi)", "set backend: scipy")
     if config.enabled and config.embedder is not None:
@@ -30,6 +29,11 @@ def _build(config: DriftConfig, context: BuildContext) -> Detector:
             f"detectors.drift (embedder: {config.embedder})",
             "set embedder: null (traced query vectors)",
         )
+
+
+def _build(config: DriftConfig, context: BuildContext) -> Detector:
+    from detectors.drift.detector import DriftDetector
+
     return DriftDetector(
         config,
         context.state_dir,
@@ -114,4 +118,5 @@ COMPONENT = DetectorComponent(
     order=60,
     commands=COMMANDS,
     models=ModelSupport(needs=embedder_needs, load=load_embedder, missing=missing_embedder),
+    require_extras=require_extras,
 )

@@ -55,7 +55,6 @@ def require_extras(config: FaithfulnessConfig) -> None:
 def _build(config: FaithfulnessConfig, context: BuildContext) -> Detector:
     from detectors.faithfulness.detector import FaithfulnessDetector
 
-    require_extras(config)
     return FaithfulnessDetector(config, context.registry, emit=context.emit, kafka=context.kafka)
 
 
@@ -154,4 +153,5 @@ COMPONENT = DetectorComponent(
     simulate=_simulate,
     incidents=("faithfulness",),
     late_metrics=_late_metrics,
+    require_extras=require_extras,
 )

@@ -11,12 +11,19 @@ import argparse
 import signal
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry
 
 from monitor.components import Command
 
+if TYPE_CHECKING:  # kafka and the HTTP server load when the command runs, not for --help
+    from detectors.faithfulness.scorer import Scorer
+    from monitor.http.endpoints import MetricsServer
+
 # Exit codes: 1 the configuration cannot run a scorer, 3 the judge cannot load here.
 NO_JUDGE = 3
+NO_KAFKA = "set collectors.kafka.bootstrap_servers"
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,20 +33,15 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 def _score(args: argparse.Namespace, config: Any) -> int:
     del args
     import structlog
-    from prometheus_client import CollectorRegistry
 
     from detectors.faithfulness.judge import open_judge
-    from detectors.faithfulness.scorer import Scorer
     from monitor.config import kafka_connection
     from monitor.extras import MissingExtraError, require_extra
-    from monitor.http.endpoints import MetricsServer, Readiness
-    from monitor.worker import supervisor
 
     log = structlog.get_logger("rag_monitor.scorer")
     faithfulness = config.detectors.faithfulness
-    kafka = kafka_connection(config)
-    if kafka is None:
-        print("rag-monitor score: set collectors.kafka.bootstrap_servers", file=sys.stderr)
+    if kafka_connection(config) is None:
+        print(f"rag-monitor score: {NO_KAFKA}", file=sys.stderr)
         return 1
     if faithfulness.judge == "hhem":
         try:
@@ -53,13 +55,7 @@ def _score(args: argparse.Namespace, config: Any) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     registry = CollectorRegistry()
-    scorer = Scorer(faithfulness, kafka, registry)
-    readiness = Readiness()
-    readiness.add("scorer", scorer.ready.is_set)
-    metrics = config.service.metrics
-    server = MetricsServer(
-        metrics.host, metrics.port, registry, readiness, health=supervisor(registry).failing
-    )
+    scorer, server = _assemble(config, registry)
     server.start()
     try:
         judge = open_judge(faithfulness, registry=registry, on_stats=scorer.on_stats, stopping=stop)
@@ -77,10 +73,37 @@ def _score(args: argparse.Namespace, config: Any) -> int:
     return 0
 
 
+def _assemble(config: Any, registry: CollectorRegistry) -> tuple[Scorer, MetricsServer]:
+    """The scorer and its /metrics server on ``registry``, neither started; the judge's own
+    families are declared when it loads (the component's ``late_metrics``)."""
+    from detectors.faithfulness.scorer import Scorer
+    from monitor.config import kafka_connection
+    from monitor.http.endpoints import MetricsServer, Readiness
+    from monitor.worker import supervisor
+
+    kafka = kafka_connection(config)
+    if kafka is None:
+        raise ValueError(NO_KAFKA)
+    scorer = Scorer(config.detectors.faithfulness, kafka, registry)
+    readiness = Readiness()
+    readiness.add("scorer", scorer.ready.is_set)
+    metrics = config.service.metrics
+    server = MetricsServer(
+        metrics.host, metrics.port, registry, readiness, health=supervisor(registry).failing
+    )
+    return scorer, server
+
+
+def _declare(config: Any, registry: CollectorRegistry) -> None:
+    """What `rag-monitor score` declares before its judge loads (the metrics reference)."""
+    _assemble(config, registry)
+
+
 SCORE = Command(
     ("score",),
     "run a scorer: judge the pairs sidecars publish (judge_location: kafka), export and "
     "publish the scores",
     _arguments,
     _score,
+    metrics=_declare,
 )

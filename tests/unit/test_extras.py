@@ -119,6 +119,22 @@ def test_run_reports_the_missing_extra(
     ) in err
 
 
+@pytest.mark.parametrize(("settings", "hidden", "message"), CASES)
+def test_check_config_refuses_what_the_start_refuses(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    *,
+    settings: dict[str, Any],
+    hidden: str,
+    message: str,
+) -> None:
+    """`rag-monitor check-config` exits 1 with the start's line: the extra and the setting."""
+    _hide(monkeypatch, hidden)
+    assert main(["check-config", str(_config_file(tmp_path, settings))]) == 1
+    assert capsys.readouterr() == ("", f"invalid configuration: {message}\n")
+
+
 @pytest.mark.usefixtures("restored_logging")  # main() configures logging
 def test_score_reports_the_missing_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

@@ -10,13 +10,22 @@ import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
 from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
-from alerts.reference import REGENERATE, configuration_page, metric_families, render_pages
+from alerts.reference import (
+    REGENERATE,
+    configuration_page,
+    metric_families,
+    render_pages,
+    role_families,
+)
 from alerts.rules import render_rules
+from monitor.components import load_components
 from monitor.config import Config, config_keys
 from tests.conftest import REPO
 
@@ -50,6 +59,83 @@ def test_metrics_reference_lists_families_declared_once_running(family: str, own
     assert metric_families()[family] == [owner]
 
 
+def _enabled(model: type[BaseModel]) -> dict[str, Any]:
+    """A section with its ``enabled`` key, and its subsections', set to true."""
+    settings: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        kind = field.annotation
+        if name == "enabled" and kind is bool:
+            settings[name] = True
+        elif isinstance(kind, type) and issubclass(kind, BaseModel):
+            settings[name] = _enabled(kind)
+    return settings
+
+
+def _choices(
+    model: type[BaseModel], path: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], Any]]:
+    """Each key of a section or subsection that picks a mode (a Literal, a boolean) with
+    each of its values."""
+    found = []
+    for name, field in model.model_fields.items():
+        kind = field.annotation
+        if get_origin(kind) is Literal:
+            found += [((*path, name), value) for value in get_args(kind)]
+        elif kind is bool:
+            found += [((*path, name), value) for value in (False, True)]
+        elif isinstance(kind, type) and issubclass(kind, BaseModel):
+            found += _choices(kind, (*path, name))
+    return found
+
+
+def _with(settings: dict[str, Any], path: tuple[str, ...], value: Any) -> Any:
+    if not path:
+        return value
+    head, *rest = path
+    return {**settings, head: _with(settings.get(head, {}), tuple(rest), value)}
+
+
+def _valid(settings: dict[str, Any]) -> bool:
+    try:
+        Config.model_validate(settings)
+    except ValueError:
+        return False
+    return True
+
+
+def _every_mode() -> list[dict[str, Any]]:
+    """Every detector on, Kafka and an LLM judge configured; then the same with each mode
+    key of each detector (judge_location, judge, backend, online, ...) at each value. A
+    value that needs another one (drift's online: true needs backend: alibi) is taken with
+    the first choice of its section that makes it valid."""
+    components = [c for c in load_components() if c.config_model.model_fields]
+    detectors = {c.name: _enabled(c.config_model) for c in components}
+    detectors["slices"]["intents"] = ["billing"]
+    detectors["faithfulness"]["llm_judge"] = {"endpoint": "http://127.0.0.1:9/v1", "model": "m"}
+    base = {"collectors": {"kafka": {"bootstrap_servers": "kafka:9092"}}, "detectors": detectors}
+    modes = [base]
+    for component in components:
+        choices = [
+            (("detectors", component.name, *p), v) for p, v in _choices(component.config_model)
+        ]
+        for path, value in choices:
+            mode = _with(base, path, value)
+            if not _valid(mode):
+                others = [other for other in choices if other[0] != path]
+                mode = next((both for o in others if _valid(both := _with(mode, *o))), mode)
+            assert _valid(mode), f"no valid configuration sets {'.'.join(path)}: {value}"
+            if mode not in modes:
+                modes.append(mode)
+    return modes
+
+
+def test_metrics_reference_lists_every_family_of_every_role() -> None:
+    """Every family the sidecar (every detector on, in each mode) or a command serving its
+    own /metrics (the scorer) declares is on the metrics reference."""
+    declared = set().union(*(role_families(settings) for settings in _every_mode()))
+    assert sorted(declared - set(metric_families())) == []
+
+
 def test_every_key_is_listed_under_its_own_section() -> None:
     """The configuration page puts each key in the table of the section it belongs to."""
     page = configuration_page()
@@ -62,6 +148,13 @@ def test_every_key_is_listed_under_its_own_section() -> None:
         start = sections[parent]
         end = next((s for s in starts if s > start), len(page))
         assert f"\n| `{name}` |" in page[start:end], key.path
+
+
+def test_detectors_index_lists_every_registered_detector() -> None:
+    """The detectors index has a row, with a link, for each registered detector component."""
+    index = (DOCS / "pages" / "detectors" / "index.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| \[(\w+)\]\(", index, re.M))
+    assert sorted({c.name for c in load_components()} - listed) == []
 
 
 def _hooks() -> object:
