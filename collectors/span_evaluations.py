@@ -44,6 +44,14 @@ OPENINFERENCE_FEEDBACK = (
 )
 # A feedback entry holds at least one of these.
 FEEDBACK_FIELDS = ("name", "score", "label")
+# What the first entry of each feedback family holds: entries are read from index 0 up, so
+# a span with none of these names carries no feedback. Almost no span carries any, and
+# one set test against the span's names costs less than a lookup per family and field.
+_FIRST_FEEDBACK_KEYS = frozenset(
+    f"{prefix}.0.{inner}.{field}"
+    for prefix, inner in OPENINFERENCE_FEEDBACK
+    for field in FEEDBACK_FIELDS
+)
 
 
 def _short(value: Any) -> str | None:
@@ -85,6 +93,8 @@ def _feedback(values: Mapping[str, Any], prefix: str, span: Span) -> EvaluationR
 
 def _openinference_results(span: Span) -> Iterator[EvaluationResult]:
     attributes = span.attributes
+    if attributes.keys().isdisjoint(_FIRST_FEEDBACK_KEYS):
+        return
     for prefix, inner in OPENINFERENCE_FEEDBACK:
         for index in range(MAX_RESULTS):
             key = f"{prefix}.{index}.{inner}."
