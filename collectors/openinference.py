@@ -238,14 +238,16 @@ class TraceMapper:
             doc_id, derived = derived_id(content), True
         else:
             return None
+        # Positional, in the fields' order (doc_id, chunk_id, text, score, tenant, metadata,
+        # id_derived): keywords cost a quarter of making one, and a trace makes several.
         return Context(
-            doc_id=doc_id,
-            chunk_id=chunk_id or text(metadata.get("chunk_id")),
-            text=content,
-            score=number(doc.get("score")),
-            tenant=text(metadata.get("tenant")),
-            metadata=metadata,
-            id_derived=derived,
+            doc_id,
+            chunk_id or text(metadata.get("chunk_id")),
+            content,
+            number(doc.get("score")),
+            text(metadata.get("tenant")),
+            metadata,
+            derived,
         )
 
     def _doc_id(self, doc: Mapping[str, Any]) -> str | None:

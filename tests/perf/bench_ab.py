@@ -2,7 +2,7 @@
 
 A script, not a pytest test (pytest does not collect ``bench_*.py``)::
 
-    python tests/perf/bench_ab.py 82faa8a                     # 4 rounds, about 2 minutes
+    python tests/perf/bench_ab.py 82faa8a                     # 4 rounds, about a minute
     python tests/perf/bench_ab.py main --rounds 6 --detectors default
 
 Run it when a change touches the intake path (collectors, the pipeline, the inline
@@ -13,7 +13,8 @@ OpenInference traces, 5 documents of about 1 KB each, ``--spans-per-request`` sp
 body, fresh trace ids every round) to both sidecars, one after the other, the order
 alternating from round to round so that neither side always runs on a warmer or a
 quieter machine. Per side and round it reads the sidecar process's CPU time from /proc
-(all its threads) and the wall time until ``rag_requests_total`` counts every trace. It
+(all its threads) and the wall time until ``rag_requests_total`` counts every trace
+(polled every 0.2 s, so a wall figure is good to about 0.2 s a round). It
 prints one JSON object: each side's rounds, their medians and range, and ``ratio``: the
 working tree's median spans per CPU-second over REF's (above 1: the working tree is
 cheaper), with the paired per-round ratios beside it.
