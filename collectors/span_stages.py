@@ -123,8 +123,8 @@ class StageSpans:
 def _time_to_first_token(
     span: Span, kind: str, first_token_events: Collection[str]
 ) -> float | None:
-    """Seconds from the span's start to its first first-token event, else an LLM span's
-    ``llm.time_to_first_token``."""
+    """Seconds from the span's start to its first event named in
+    ``mapping.first_token_events``, else an LLM span's ``llm.time_to_first_token``."""
     for event in span.events:
         if event.name in first_token_events and event.time_ns >= span.start_ns:
             return (event.time_ns - span.start_ns) / 1e9
