@@ -23,7 +23,7 @@ a result without a name is kept with none, so the detector counts it. At most
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from collectors.otlp import Span
@@ -44,6 +44,14 @@ OPENINFERENCE_FEEDBACK = (
 )
 # A feedback entry holds at least one of these.
 FEEDBACK_FIELDS = ("name", "score", "label")
+# What the first entry of each feedback family holds: entries are read from index 0 up, so
+# a span with none of these names carries no feedback. Almost no span carries any, and
+# one set test against the span's names costs less than a lookup per family and field.
+_FIRST_FEEDBACK_KEYS = frozenset(
+    f"{prefix}.0.{inner}.{field}"
+    for prefix, inner in OPENINFERENCE_FEEDBACK
+    for field in FEEDBACK_FIELDS
+)
 
 
 def _short(value: Any) -> str | None:
@@ -83,14 +91,16 @@ def _feedback(values: Mapping[str, Any], prefix: str, span: Span) -> EvaluationR
     )
 
 
-def _openinference_results(span: Span) -> Iterator[EvaluationResult]:
+def _openinference_results(span: Span) -> list[EvaluationResult]:
     attributes = span.attributes
+    found = []
     for prefix, inner in OPENINFERENCE_FEEDBACK:
         for index in range(MAX_RESULTS):
             key = f"{prefix}.{index}.{inner}."
             if not any(key + field in attributes for field in FEEDBACK_FIELDS):
                 break
-            yield _feedback(attributes, key, span)
+            found.append(_feedback(attributes, key, span))
+    return found
 
 
 def _evaluator_output_results(span: Span) -> list[EvaluationResult]:
@@ -110,17 +120,23 @@ def _evaluator_output_results(span: Span) -> list[EvaluationResult]:
     return results
 
 
-def _span_results(span: Span) -> Iterator[EvaluationResult]:
-    found = False
-    for event in span.events:
-        if event.name == EVALUATION_EVENT:
-            found = True
-            yield genai_result(event.attributes, span.trace_id, span.span_id)
-    for result in _openinference_results(span):
-        found = True
-        yield result
+def _span_results(span: Span) -> list[EvaluationResult]:
+    # Nearly every span carries no verdict: without events or a feedback name it costs
+    # one set test (and its kind), not a search per family and field.
+    found = (
+        [
+            genai_result(event.attributes, span.trace_id, span.span_id)
+            for event in span.events
+            if event.name == EVALUATION_EVENT
+        ]
+        if span.events
+        else []
+    )
+    if not span.attributes.keys().isdisjoint(_FIRST_FEEDBACK_KEYS):
+        found.extend(_openinference_results(span))
     if not found and span_kind(span) == "EVALUATOR":
-        yield from _evaluator_output_results(span)
+        return _evaluator_output_results(span)
+    return found
 
 
 def evaluation_results(spans: Sequence[Span]) -> tuple[EvaluationResult, ...]:

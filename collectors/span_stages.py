@@ -2,7 +2,8 @@
 
 One pass over the spans of a trace sorts them by kind (``collectors/span_kinds.py``):
 the retrievers' documents in span start order, the generations, the calls that judge
-the request instead of serving it, the query embedding, and each stage's intervals.
+the request instead of serving it, the query embedding, each stage's intervals and the
+time to the first token.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 from collectors.otlp import RERANKED_DOCUMENTS, Span
 from collectors.span_documents import attribute_documents, documents, retrieved_documents
 from collectors.span_kinds import JUDGE_KINDS, STAGE_OF_KIND
-from collectors.span_text import count, text
+from collectors.span_text import count, number, text
 from collectors.span_tree import nearest_marked_ancestors
 from collectors.span_usage import embedding_usage, provider
 from monitor.trace import Usage
@@ -33,6 +34,7 @@ class StageSpans:
         "judges",
         "reranked",
         "retrievers",
+        "ttft",
         "usage",
     )
 
@@ -46,6 +48,7 @@ class StageSpans:
         self.judges: list[Span] = []  # LLM calls that judge the request (see _judged)
         self.embedding: Span | None = None
         self.usage: list[Usage] = []  # embedding and rerank usage
+        self.ttft: float | None = None  # of the first span that tells it, in span order
 
     def retrieved(self) -> list[dict[str, Any]]:
         """The retrieved documents of every span that holds some, in span start order (an
@@ -61,15 +64,19 @@ class StageSpans:
         kinds: Mapping[str, str],
         request: Span,
         judged: Collection[str],
+        *,
         document_attributes: Sequence[str],
+        first_token_events: Collection[str],
     ) -> StageSpans:
         found = cls()
         for span in spans:
             kind, attributes = kinds[span.span_id], span.attributes
-            if span.span_id in judged:
+            if span.span_id in judged:  # a judge's stream is not the answer's
                 if kind == "LLM":
                     found.judges.append(span)
                 continue
+            if found.ttft is None:
+                found.ttft = _time_to_first_token(span, kind, first_token_events)
             if kind != "RETRIEVER" and document_attributes:
                 found.add_documents(span, _attribute_documents(attributes, document_attributes))
             stage = STAGE_OF_KIND.get(kind)
@@ -111,6 +118,19 @@ class StageSpans:
             # Rerank APIs bill search units; one call is one unit unless the span says.
             units = count(attributes.get("rag.rerank.units")) or 1
             self.usage.append(Usage(rerank_model, provider(attributes), rerank_units=units))
+
+
+def _time_to_first_token(
+    span: Span, kind: str, first_token_events: Collection[str]
+) -> float | None:
+    """Seconds from the span's start to its first event named in
+    ``mapping.first_token_events``, else an LLM span's ``llm.time_to_first_token``."""
+    for event in span.events:
+        if event.name in first_token_events and event.time_ns >= span.start_ns:
+            return (event.time_ns - span.start_ns) / 1e9
+    if kind == "LLM":
+        return number(span.attributes.get("llm.time_to_first_token"))
+    return None
 
 
 def _attribute_documents(

@@ -15,7 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,7 +202,19 @@ def unique(name: str) -> str:
 class SidecarProcess:
     """``python -m monitor run`` with a written config; metrics scraped over HTTP."""
 
-    def __init__(self, directory: Path, config: dict[str, Any], name: str = "sidecar") -> None:
+    def __init__(
+        self,
+        directory: Path,
+        config: dict[str, Any],
+        name: str = "sidecar",
+        *,
+        tree: Path = REPO,
+        environment: Mapping[str, str] | None = None,
+    ) -> None:
+        """``tree``: the source tree it runs from (its working directory); ``environment``:
+        variables set over this process's (tests/perf/bench_ab.py runs another commit)."""
+        self.tree = tree
+        self.environment = {**os.environ, **(environment or {}), "PYTHONUNBUFFERED": "1"}
         self.metrics_port = free_port()
         raw: dict[str, Any] = {
             "service": {
@@ -224,10 +236,10 @@ class SidecarProcess:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "monitor", "run", "--config", str(self.config_path)],
-                cwd=REPO,
+                cwd=self.tree,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env=self.environment,
             )
         return self
 

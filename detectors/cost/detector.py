@@ -202,6 +202,9 @@ class CostDetector(InlineDetector):
             for value in ("complete", "partial", "unpriced")
         )
         self._missing = MissingInputs(registry, self.name, ("usage",))
+        # Spend children by (model label, variant), bound on first use like the others: the
+        # labels are bounded (the price table's models, other; service.variants).
+        self._spend: dict[tuple[str, str], Counter] = {}
 
     def observe(self, trace: RagTrace) -> None:
         usages = [u for u in trace.usage if _has_usage(u)]
@@ -238,7 +241,10 @@ class CostDetector(InlineDetector):
         variant = variant_of(trace)
         self._per_request[variant].observe(total)
         for label, cost in by_model.items():
-            self._by_model.labels(label, variant).inc(cost)
+            spend = self._spend.get((label, variant))
+            if spend is None:
+                spend = self._spend[label, variant] = self._by_model.labels(label, variant)
+            spend.inc(cost)
 
 
 def _has_usage(usage: Usage) -> bool:

@@ -17,7 +17,7 @@ import functools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import ClassVar
 
 from ddsketch import DDSketch
@@ -55,16 +55,18 @@ class SlidingQuantiles(Collector):
         # window so that a full window is covered between slot boundaries.
         self._slots: deque[tuple[int, dict[str, DDSketch]]] = deque(maxlen=_SLOTS_PER_WINDOW + 1)
 
-    def add(self, stage: str, seconds: float) -> None:
+    def add(self, durations: Iterable[tuple[str, float]]) -> None:
+        """One trace's (stage, seconds): one clock reading and one lock for them all."""
         slot = int(self._clock() // self._slot_s)
         with self._lock:
             if not self._slots or self._slots[-1][0] != slot:
                 self._slots.append((slot, {}))
             sketches = self._slots[-1][1]
-            sketch = sketches.get(stage)
-            if sketch is None:
-                sketch = sketches[stage] = DDSketch(relative_accuracy=RELATIVE_ACCURACY)
-            sketch.add(seconds)
+            for stage, seconds in durations:
+                sketch = sketches.get(stage)
+                if sketch is None:
+                    sketch = sketches[stage] = DDSketch(relative_accuracy=RELATIVE_ACCURACY)
+                sketch.add(seconds)
 
     def quantile(self, stage: str, q: float) -> float | None:
         merged = self._merged().get(stage)
@@ -128,13 +130,15 @@ class LatencyDetector(InlineDetector):
 
     def observe(self, trace: RagTrace) -> None:
         variant = variant_of(trace)
+        observed = []
         for stage, seconds in trace.stages.items():
             children = self._by_stage.get(stage)
             if children is not None:
                 children[variant].observe(seconds)
-                # The per-replica window quantiles describe what users are served.
-                if variant == PRODUCTION:
-                    self.window.add(stage, seconds)
+                observed.append((stage, seconds))
+        # The per-replica window quantiles describe what users are served.
+        if variant == PRODUCTION and observed:
+            self.window.add(observed)
         for stage in self._watched:
             if stage not in trace.stages:
                 self._missing.count(stage_field(stage))

