@@ -96,7 +96,7 @@ FETCH_HOW = (
 
 def warn_missing_models(config: Config) -> list[str]:
     """Log, per model a detector needs and this machine lacks, the command that fetches it;
-    returns them as ``detector: model``."""
+    returns them as "detector needs model"."""
     from monitor.components import load_components
 
     missing = []
@@ -108,7 +108,7 @@ def warn_missing_models(config: Config) -> list[str]:
             log.warning(
                 "demo_model_missing", detector=component.name, model=model, how_to_fix=FETCH_HOW
             )
-            missing.append(f"{component.name}: {model}")
+            missing.append(f"{component.name} needs {model}")
     return missing
 
 

@@ -96,7 +96,7 @@ class Snapshot:
     guardrails: list[GuardrailRow]
     other_alerts: dict[str, str]  # every other condition the demo evaluates: title -> state
     prometheus_only: list[str]  # the alerts whose conditions the demo cannot evaluate
-    missing_models: list[str]
+    missing_models: list[str]  # "detector needs model"
     recorded: dict[str, float]  # the recording rules' series over the window
     links: Links
 
@@ -269,7 +269,7 @@ def as_text(snapshot: Snapshot) -> list[str]:
         f"release: {s.service} {s.release}, serving since {_clock(s.release_since_s)}",
         _incident_line(s),
         "",
-        f"{'guardrail, last ' + _clock(s.window_s):<34}{'value':>9}{'bound':>9}"
+        f"{'guardrail, over the last ' + _clock(s.window_s):<34}{'value':>9}{'bound':>9}"
         f"{'threshold':>11}{'n':>7}  {'state':<22}trend",
     ]
     for row in s.guardrails:
@@ -289,7 +289,7 @@ def as_text(snapshot: Snapshot) -> list[str]:
         WIDTH,
         subsequent_indent="  ",
     )
-    lines += [f"missing model: {model} (rag-monitor models fetch)" for model in s.missing_models]
+    lines += [f"model missing: {need} (rag-monitor models fetch)" for need in s.missing_models]
     links = s.links
     lines += [
         "",
@@ -330,7 +330,9 @@ def _clock(seconds: float) -> str:
 
 
 def _number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
+    """Shares and dollars alike to four decimals: a bound of 1e-17 (a share of 0 less
+    rounding) reads 0.0000, not in exponent notation."""
+    return "-" if value is None else f"{value:.4f}"
 
 
 def _count(value: float | None) -> str:
