@@ -302,7 +302,12 @@ def _documents(
 def release_at(elapsed: float, cycle_s: float) -> str:
     """The demo's release: the old one until the first latency incident of the first
     cycle starts, then the new one for good (the release an operator would suspect)."""
-    return RELEASES[1] if elapsed >= LATENCY_INCIDENT.start * cycle_s else RELEASES[0]
+    return RELEASES[1] if elapsed >= release_start(RELEASES[1], cycle_s) else RELEASES[0]
+
+
+def release_start(version: str, cycle_s: float) -> float:
+    """Seconds after the start at which ``version`` (one of ``RELEASES``) starts serving."""
+    return 0.0 if version == RELEASES[0] else LATENCY_INCIDENT.start * cycle_s
 
 
 def shadow_of(request: DemoRequest, rng: random.Random) -> DemoRequest:

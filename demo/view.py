@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from demo.rule_conditions import Condition
 from demo.rule_evaluation import BREACH, NOT_HERE, Looks, Reading, RuleEvaluator
-from demo.service import SERVICE, TIMELINE, Incident, SyntheticRagService
+from demo.service import SERVICE, TIMELINE, Incident, SyntheticRagService, release_start
 from monitor.names import REQUESTS_TOTAL
 from monitor.variants import PRODUCTION
 
@@ -83,13 +83,14 @@ class Links:
 class Snapshot:
     elapsed_s: float
     cycle_s: float
-    window_s: float
+    window_s: float  # what the values cover: the window, or the time since the last
+    # refresh where that is longer (every 10 s without a terminal), or since the start
     requests_per_s: float  # production requests a second over the window
     shadow_per_s: float  # their shadow twins
     requests: float  # production requests in all
     service: str
     release: str  # the service.version serving now
-    release_since_s: float  # when this view first saw it serve
+    release_since_s: float
     incident: IncidentRun | None  # running now
     last_incident: IncidentRun | None
     next_incident: IncidentRun | None
@@ -126,12 +127,11 @@ class LiveView:
         self._service = service
         self._window_s = service.cycle_s * WINDOW_SHARE
         self._settle_s = self._window_s + lag_s
-        self._rules = RuleEvaluator(rules, registry, window_s=self._window_s)
+        self._rules = RuleEvaluator(rules, registry, window_s=self._window_s, clock=service.elapsed)
         self._links = links
         self._missing_models = missing_models
         self._trends: dict[str, deque[float | None]] = {}
         self._met: dict[Run, float] = {}  # when the view first saw the alert's condition
-        self._releases: dict[str, float] = {}  # version -> when first seen serving
         self._requests: Looks[str] = Looks(self._window_s)  # by variant
 
     def snapshot(self) -> Snapshot:
@@ -147,20 +147,19 @@ class LiveView:
             if incident.alert in met and elapsed <= settled:
                 self._met.setdefault(run, elapsed)
         release = self._service.current_version()
-        self._releases.setdefault(release, elapsed)
         rows = self._rows(by_condition)
         guardrail_alerts = {guardrail.alert for guardrail in GUARDRAILS}
-        requests, per_s = self._requests_per_s(elapsed)
+        requests, per_s, covered = self._requests_per_s(elapsed)
         return Snapshot(
             elapsed_s=round(elapsed, 1),
             cycle_s=cycle_s,
-            window_s=self._window_s,
+            window_s=round(covered, 1),
             requests_per_s=per_s.get(PRODUCTION, 0.0),
             shadow_per_s=sum(v for k, v in per_s.items() if k != PRODUCTION),
             requests=requests.get(PRODUCTION, 0.0),
             service=SERVICE,
             release=release,
-            release_since_s=round(self._releases[release], 1),
+            release_since_s=round(release_start(release, cycle_s), 1),
             incident=self._run(now, cycle_s),
             last_incident=self._run(last, cycle_s),
             next_incident=self._run(upcoming, cycle_s),
@@ -206,8 +205,9 @@ class LiveView:
                 )
         return rows
 
-    def _requests_per_s(self, elapsed: float) -> tuple[dict[str, float], dict[str, float]]:
-        """Requests by variant in all, and a second over the window (as the rules')."""
+    def _requests_per_s(self, elapsed: float) -> tuple[dict[str, float], dict[str, float], float]:
+        """Requests by variant in all and a second over the window, and the seconds the
+        window covers (the rules' looks are at the same times)."""
         totals: dict[str, float] = {}
         for metric in self._registry.collect():
             for sample in metric.samples:
@@ -218,7 +218,7 @@ class LiveView:
         self._requests.add(elapsed, totals)
         seconds = max(elapsed - then, 1e-9)
         per_s = {k: round((v - before.get(k, 0.0)) / seconds, 1) for k, v in totals.items()}
-        return totals, per_s
+        return totals, per_s, seconds
 
     def _run(self, run: tuple[int, Incident] | None, cycle_s: float) -> IncidentRun | None:
         if run is None:
