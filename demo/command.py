@@ -10,13 +10,24 @@ from monitor.components import Command
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=float, default=None, help="seconds to run")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="seconds to run, and the length of the incident cycle (default: until Ctrl-C, "
+        "a 300 s cycle)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per refresh instead of the view",
+    )
 
 
 def _run(args: argparse.Namespace, config: Any) -> int:
     from demo.run import run_demo
 
-    return run_demo(config, args.duration)
+    return run_demo(config, args.duration, args.config, args.json)
 
 
 DEMO = Command(

@@ -2,35 +2,29 @@
 
 Prometheus evaluates the rules over a fleet and a rate window; the demo has one
 sidecar and shows, every few seconds, what the recording rules and each alert's
-condition say over the interval since its last look. Everything comes from the
-rule document of ``alerts.rules.build_rules``; nothing is restated here.
-
-The shapes understood are the ones the rules use for their plain conditions: an
-alert expression is clauses joined by ``and on (...)``, each ``TERM`` or
-``TERM OP NUMBER``; a TERM is a recorded series (its rule a ratio of two rates,
-optionally ``1 - (...)``, a ``histogram_quantile`` of a rate, an increase, or the
-Wilson bound of a recorded share and count, ``monitor.rulekit.evidence.wilson_bound``), a raw
-gauge, or ``sum by (...) (increase(COUNTER[window]))``. A pass share's switch to its
-review-corrected bound reads as the judge's own bound (the demo has no reviewers). A
-record may have several rules (one per stage); a clause's label matchers choose the one
-that fits. An alert
-of another shape (the regeneration band needs weeks of history; ``up`` exists only
-in Prometheus) is reported as not evaluated here.
+condition (``demo.rule_conditions``) say over its own window: the interval since the
+look ``window_s`` ago. An alert whose shape the demo does not understand is reported
+as evaluated by Prometheus only.
 """
 
 from __future__ import annotations
 
 import math
 import operator
-import re
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from monitor.rulekit.evidence import Side, wilson
+from demo.rule_conditions import Condition, Labels, Selector, Term, conditions
+from monitor.rulekit.evidence import wilson
 
+OK = "ok"
+BREACH = "BREACH"
+TOO_LITTLE = "too little evidence"  # the first clause holds, another (its evidence) not yet
 NO_EVIDENCE = "no evidence yet"
 NOT_HERE = "evaluated by Prometheus only"
 
@@ -38,215 +32,84 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, ">": operator.gt, "<=": operator.le,
     ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
 }  # fmt: skip
-_SELECTOR = re.compile(r"(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>[^}]*)\})?")
-_MATCHER = re.compile(r'(\w+)="([^"]*)"')
-_SUM_OF = r"sum by \((?P<by>[^)]*)\) \((?P<fn>rate|increase)\((?P<sel>[^\[]+)\[[^\]]+\]\)\)"
-_CLAUSE = re.compile(r"(?P<term>.+?)(?: (?P<op>[<>!=]=?) (?P<threshold>[-+.\deE]+))?")
-_QUANTILE = re.compile(rf"histogram_quantile\((?P<q>[\d.]+), {_SUM_OF}\)")
-_RATIO = re.compile(rf"{_SUM_OF}\n/\n\({_SUM_OF.replace('?P<', '?P<d_')} > 0\)")
-_AND = re.compile(r"\nand on \([^)]*\)\n")
-_NUMBER = r"[-+.\deE]+"
-_WILSON = re.compile(
-    rf"\(\n  (?P<share>\S+) \+ {_NUMBER} / (?P<count>\S+)\n  (?P<sign>[-+]) (?P<z>{_NUMBER}) "
-    rf"\* sqrt\(.*\)\n\)\n/\n\(1 \+ {_NUMBER} / \S+\)"
-)
-
-# The page test of a corrected pass share (``monitor.rulekit.prediction_powered``): the
-# corrected bound once enough random reviews, else the judge's own. The demo has no
-# reviewers, so the judge's own bound decides here, as in Prometheus before the reviews.
-_SWITCH = re.compile(
-    r'(?P<open>\(\n)?label_replace\(\n.*?"estimate", "corrected", "", ""\n\)\nor\n'
-    r'label_replace\(\n(?P<judge>[^\n]+)\nunless on [^\n]+,\n"estimate", "judge", "", ""\n\)'
-    r"(?(open)\n\))",
-    re.DOTALL,
-)
-
-Labels = tuple[tuple[str, str], ...]  # a series' grouping labels, sorted
 
 
 @dataclass(frozen=True)
-class Selector:
-    name: str
-    labels: Labels
+class Reading:
+    """One alert condition over the window: its state and what its first clause reads."""
 
-    @classmethod
-    def parse(cls, text: str, extra: Labels = ()) -> Selector | None:
-        match = _SELECTOR.fullmatch(text.strip())
-        if match is None:
-            return None
-        matchers = match["labels"] or ""
-        labels = _MATCHER.findall(matchers)
-        if len(labels) != matchers.count("="):  # only exact matchers are understood
-            return None
-        merged = dict(labels)
-        for key, value in extra:
-            if merged.setdefault(key, value) != value:  # this rule is another stage's
-                return None
-        return cls(match["name"], tuple(sorted(merged.items())))
+    state: str  # OK, BREACH, TOO_LITTLE, NO_EVIDENCE or NOT_HERE
+    value: float | None = None  # the first clause's estimate: a bound's share, a ratio, ...
+    bound: float | None = None  # the first clause's evidence bound, where it is one
+    evidence: float | None = None  # the observations behind the value (a bound's count, ...)
+    op: str | None = None  # the first clause's test: op threshold
+    threshold: float | None = None
 
 
-@dataclass(frozen=True)
-class Term:
-    """A series to compute: ``kind`` is ratio, quantile, increase, gauge or wilson (the
-    bound at ``q`` = z of the share and count terms in ``parts``, ``side`` of it)."""
-
-    kind: str
-    selector: Selector
-    by: tuple[str, ...] = ()
-    denominator: Selector | None = None
-    complement: bool = False
-    q: float = 0.0
-    parts: tuple[Term, ...] = ()
-    side: Side = "lower"
+K = TypeVar("K")
 
 
-@dataclass(frozen=True)
-class Clause:
-    term: Term
-    op: str | None
-    threshold: float
+class Looks(Generic[K]):
+    """Counter totals at each look, kept back to the latest look at least ``window_s``
+    before the newest: what a change over the window is taken from."""
 
+    def __init__(self, window_s: float) -> None:
+        self._window_s = window_s
+        self._looks: deque[tuple[float, dict[K, float]]] = deque()  # oldest first
 
-@dataclass(frozen=True)
-class Condition:
-    """One alerting rule as clauses (None: a shape not evaluated here)."""
-
-    alert: str
-    clauses: tuple[Clause, ...] | None
-    labels: Labels = ()  # what tells rules of one alert apart: stage, window
-
-    @property
-    def title(self) -> str:
-        if not self.labels:
-            return self.alert
-        labels = ", ".join(f'{k}="{v}"' for k, v in self.labels)
-        return f"{self.alert}{{{labels}}}"
-
-
-def _distinct_labels(rule: dict[str, Any]) -> Labels:
-    """The label matchers of the alert's first clause (``{stage="total"}``) and its
-    ``window`` label."""
-    first = _SELECTOR.match(rule["expr"])
-    written = Selector.parse(first[0]) if first else None
-    labels = {k: v for k, v in written.labels if k != "job"} if written else {}
-    if "window" in rule.get("labels", {}):
-        labels["window"] = rule["labels"]["window"]
-    return tuple(sorted(labels.items()))
-
-
-def _grouping(by: str) -> tuple[str, ...]:
-    labels = (label.strip() for label in by.split(","))
-    return tuple(label for label in labels if label not in {"job", "le"})
-
-
-Recordings = dict[str, list[str]]  # record name -> the expressions of its rules
-
-
-def _recorded_term(name: str, extra: Labels, recordings: Recordings) -> Term | None:
-    """The term of the first rule of record ``name`` that fits the label matchers
-    ``extra`` of the clause using it."""
-    for expr in recordings.get(name, []):
-        term = _rule_term(expr, extra, recordings)
-        if term is not None:
-            return term
-    return None
-
-
-def _rule_term(expr: str, extra: Labels, recordings: Recordings) -> Term | None:
-    """The term one recording rule computes, with the alert's label matchers added."""
-    complement = expr.startswith("1 - (\n") and expr.endswith("\n)")
-    body = expr[len("1 - (\n") : -len("\n)")] if complement else expr
-    if match := _QUANTILE.fullmatch(body):
-        selector = Selector.parse(match["sel"], extra)
-        if selector is None:
-            return None
-        return Term("quantile", selector, _grouping(match["by"]), q=float(match["q"]))
-    if match := _RATIO.fullmatch(body):
-        numerator, denominator = Selector.parse(match["sel"], extra), Selector.parse(match["d_sel"])
-        if numerator is None or denominator is None:
-            return None
-        return Term("ratio", numerator, _grouping(match["by"]), denominator, complement)
-    if (match := re.fullmatch(_SUM_OF, body)) and match["fn"] == "increase":
-        selector = Selector.parse(match["sel"], extra)
-        return None if selector is None else Term("increase", selector, _grouping(match["by"]))
-    if match := _WILSON.fullmatch(body):
-        share = _recorded_term(match["share"], extra, recordings)
-        count = _recorded_term(match["count"], extra, recordings)
-        if share is None or count is None:
-            return None
-        side: Side = "lower" if match["sign"] == "-" else "upper"
-        return Term("wilson", share.selector, q=float(match["z"]), parts=(share, count), side=side)
-    return None
-
-
-def _term(text: str, recordings: Recordings) -> Term | None:
-    if match := re.fullmatch(_SUM_OF, text):
-        selector = Selector.parse(match["sel"])
-        if match["fn"] == "increase" and selector is not None:
-            return Term("increase", selector, _grouping(match["by"]))
+    def baseline(self, at: float) -> tuple[float, dict[K, float]] | None:
+        """The latest look at least ``window_s`` before ``at`` (None: none is that old,
+        so the window starts at the start)."""
+        while len(self._looks) > 1 and self._looks[1][0] <= at - self._window_s:
+            self._looks.popleft()
+        if self._looks and self._looks[0][0] <= at - self._window_s:
+            return self._looks[0]
         return None
-    selector = Selector.parse(text)
-    if selector is None:
-        return None
-    if selector.name in recordings:
-        return _recorded_term(selector.name, selector.labels, recordings)
-    return Term("gauge", selector)
+
+    def add(self, at: float, totals: dict[K, float]) -> None:
+        """Record a look; a total it lacks keeps its value from the look before."""
+        self._looks.append((at, {**(self._looks[-1][1] if self._looks else {}), **totals}))
 
 
-def conditions(rules: dict[str, Any]) -> tuple[dict[str, list[Term]], list[Condition]]:
-    """The evaluable recording rules by name, and every alert's condition, from a rule
-    document (``build_rules``)."""
-    all_rules = [rule for group in rules["groups"] for rule in group["rules"]]
-    recordings: Recordings = {}
-    for rule in (rule for rule in all_rules if "record" in rule):
-        recordings.setdefault(rule["record"], []).append(rule["expr"])
-    recorded = {
-        name: [term for expr in exprs if (term := _rule_term(expr, (), recordings))]
-        for name, exprs in recordings.items()
-    }
-    found = []
-    for written in (rule for rule in all_rules if "alert" in rule):
-        rule = {**written, "expr": _SWITCH.sub(lambda match: match["judge"], written["expr"])}
-        clauses: list[Clause] | None = []
-        for text in _AND.split(rule["expr"]):
-            match = None if "\n" in text else _CLAUSE.fullmatch(text)
-            term = match and _term(match["term"], recordings)
-            if match is None or term is None or clauses is None:
-                clauses = None
-                break
-            clauses.append(Clause(term, match["op"], float(match["threshold"] or "nan")))
-        found.append(
-            Condition(rule["alert"], tuple(clauses) if clauses else None, _distinct_labels(rule))
-        )
-    return {name: terms for name, terms in recorded.items() if terms}, found
+Totals = dict[tuple[str, Labels], float]  # a counter's total by series and group
 
 
 class RuleEvaluator:
-    """Evaluates the rules on ``registry`` over the interval since the last ``evaluate``
-    (counters and histograms by their change, gauges as they are)."""
+    """Evaluates the rules on ``registry`` over a window: counters and histograms by their
+    change since the latest look at least ``window_s`` ago (0: since the last look, or
+    since the start while no look is that old), gauges as they are."""
 
-    def __init__(self, rules: dict[str, Any], registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        rules: dict[str, Any],
+        registry: CollectorRegistry,
+        window_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.recordings, self.conditions = conditions(rules)
         self._registry = registry
-        self._last: dict[tuple[str, Labels], float] = {}
+        self._clock = clock
+        self._looks: Looks[tuple[str, Labels]] = Looks(window_s)
 
-    def evaluate(self) -> tuple[dict[str, float], dict[str, str]]:
-        """(recorded series -> value, alert title -> state) for this interval."""
+    def evaluate(self) -> tuple[dict[str, float], dict[str, Reading]]:
+        """(recorded series -> value, alert title -> reading) over the window."""
+        at = self._clock()
+        baseline = self._looks.baseline(at)
         samples: dict[str, list[tuple[dict[str, str], float]]] = {}
         for metric in self._registry.collect():
             for s in metric.samples:
                 samples.setdefault(s.name, []).append((s.labels, s.value))
-        now: dict[tuple[str, Labels], float] = {}
-        interval = _Interval(samples, self._last, now)
+        now: Totals = {}
+        interval = _Interval(samples, baseline[1] if baseline else {}, now)
         recorded = {
             f"{name}{_braces(group)}": value
             for name, terms in self.recordings.items()
             for term in terms
             for group, value in interval.values(term).items()
         }
-        states = {c.title: interval.state(c) for c in self.conditions}
-        self._last.update(now)
-        return recorded, states
+        readings = {c.title: interval.reading(c) for c in self.conditions}
+        self._looks.add(at, now)
+        return recorded, readings
 
 
 def _braces(group: Labels) -> str:
@@ -309,23 +172,47 @@ class _Interval:
                 ratios[group] = 1 - share if term.complement else share
         return ratios
 
-    def state(self, condition: Condition) -> str:
-        if condition.clauses is None:
-            return NOT_HERE
-        shown = self.values(condition.clauses[0].term)
+    def reading(self, condition: Condition) -> Reading:
+        """The condition's state, with the estimate, bound and evidence of its first clause."""
+        if condition.alternatives is None:
+            return Reading(NOT_HERE)
+        first = condition.alternatives[0][0]
+        op, threshold = first.op, None if first.op is None else first.threshold
+        shown = self.values(first.term)
         if not shown:
-            return NO_EVIDENCE
-        value = next(iter(shown.values()))
+            return Reading(NO_EVIDENCE, op=op, threshold=threshold)
         holds = [
-            any(_OPS[c.op](v, c.threshold) for v in self.values(c.term).values())
-            for c in condition.clauses
-            if c.op is not None
+            [
+                any(_OPS[c.op](v, c.threshold) for v in self.values(c.term).values())
+                for c in clauses
+                if c.op is not None
+            ]
+            for clauses in condition.alternatives
         ]
-        if not holds:
-            return NOT_HERE
-        if all(holds):
-            return f"BREACH ({value:.4g})"
-        return f"ok ({value:.4g})" if not holds[0] else f"too little evidence ({value:.4g})"
+        if not holds[0]:
+            return Reading(NOT_HERE)
+        if any(alternative and all(alternative) for alternative in holds):
+            state = BREACH
+        else:
+            state = TOO_LITTLE if first.op is not None and holds[0][0] else OK
+        value, bound, evidence = self._estimate(first.term)
+        return Reading(state, value, bound, evidence, op, threshold)
+
+    def _estimate(self, term: Term) -> tuple[float | None, float | None, float | None]:
+        """(estimate, evidence bound, evidence) of ``term``'s first group."""
+        if term.kind == "wilson":
+            share, count = (_first(self.values(part)) for part in term.parts)
+            return share, _first(self.values(term)), count
+        if term.kind == "ratio":
+            assert term.denominator is not None
+            evidence = _first(self._change(term.denominator, term.by))
+            return _first(self.values(term)), None, evidence
+        return _first(self.values(term)), None, None
+
+
+def _first(values: dict[Labels, float]) -> float | None:
+    """The value of the first group (the demo's one sidecar has one per series)."""
+    return next(iter(values.values()), None)
 
 
 def _quantile(q: float, buckets: list[tuple[float, float]]) -> float | None:

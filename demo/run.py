@@ -2,23 +2,27 @@
 
 The service sends real OTLP/HTTP spans with OpenInference attributes through
 the opentelemetry-sdk exporter, so the demo exercises the same path as
-production traffic. The timeline cycles through incidents; a live terminal
-view (or, without a TTY, a log line every 10 s) shows what the sidecar sees.
+production traffic. The timeline cycles through incidents; the live view
+(``demo.view``) shows what the sidecar sees: redrawn every second on a terminal, a
+plain text block every 10 s otherwise, or one JSON object per refresh (``--json``).
+The process's log goes to ``demo.log`` in the state directory, not over the view.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
+import shlex
 import signal
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
 import structlog
-from prometheus_client import CollectorRegistry
 
 from demo.service import (
     ALL_DOCUMENT_TYPES,
@@ -29,16 +33,20 @@ from demo.service import (
     RELEASES,
     SHADOW_SHARE,
     TENANTS,
-    Incident,
     SyntheticRagService,
     probe_and_gold,
 )
+from demo.view import Links, LiveView, Snapshot, as_json, as_text
 from monitor.config import Config
-from monitor.names import REQUESTS_TOTAL
 
 log = structlog.get_logger("rag_monitor.demo")
 
-SUMMARY_EVERY_S = 10.0
+LOG_NAME = "demo.log"  # in the state directory
+REFRESH_S = 1.0  # on a terminal
+PLAIN_EVERY_S = 10.0  # otherwise
+# Erase the screen once; then each frame goes home, ends each line with erase-to-end and
+# the frame with erase-below, so that a redraw neither flickers nor leaves old text.
+CLEAR, HOME, ERASE_LINE, ERASE_BELOW = "\x1b[2J", "\x1b[H", "\x1b[K", "\x1b[J"
 
 
 def with_demo_settings(config: Config) -> Config:
@@ -87,7 +95,8 @@ FETCH_HOW = (
 
 
 def warn_missing_models(config: Config) -> list[str]:
-    """Log, per model a detector needs and this machine lacks, the command that fetches it."""
+    """Log, per model a detector needs and this machine lacks, the command that fetches it;
+    returns them as "detector needs model"."""
     from monitor.components import load_components
 
     missing = []
@@ -99,137 +108,140 @@ def warn_missing_models(config: Config) -> list[str]:
             log.warning(
                 "demo_model_missing", detector=component.name, model=model, how_to_fix=FETCH_HOW
             )
-            missing.append(model)
+            missing.append(f"{component.name} needs {model}")
     return missing
 
 
-@dataclass
-class Snapshot:
-    """What the terminal view shows, read from the sidecar's own registry."""
-
-    requests: float
-    requests_per_s: float
-    recorded: dict[str, float]  # the recording rules' series over the last interval
-    guardrails: dict[str, str]  # each alert's condition: ok, BREACH, no evidence yet, ...
-
-
-class Summarizer:
-    """Evaluates the generated rules (``rag-monitor rules`` for this config) on the
-    sidecar's registry over the interval since the last snapshot."""
-
-    def __init__(self, registry: CollectorRegistry, rules: dict[str, Any]) -> None:
-        from demo.rule_evaluation import RuleEvaluator
-
-        self._registry = registry
-        self._rules = RuleEvaluator(rules, registry)
-        self._last_time: float | None = None
-        self._last_requests = 0.0
-
-    def snapshot(self) -> Snapshot:
-        now = time.monotonic()
-        requests = sum(
-            sample.value
-            for metric in self._registry.collect()
-            for sample in metric.samples
-            if sample.name == REQUESTS_TOTAL
-        )
-        elapsed = None if self._last_time is None else max(now - self._last_time, 1e-9)
-        per_s = 0.0 if elapsed is None else (requests - self._last_requests) / elapsed
-        self._last_requests, self._last_time = requests, now
-        recorded, guardrails = self._rules.evaluate()
-        return Snapshot(requests, per_s, recorded, guardrails)
-
-
-def _table(snapshot: Snapshot, incident: Incident | None, version: str) -> Any:
-    from rich.table import Table
-
-    caption = f"incident: {incident.name if incident else 'none'}; release: {version}"
-    table = Table(title="rag-monitor demo", caption=caption)
-    table.add_column("what")
-    table.add_column("value", justify="right")
-    table.add_row("requests", f"{snapshot.requests:.0f} ({snapshot.requests_per_s:.1f}/s)")
-    for series, value in snapshot.recorded.items():
-        table.add_row(series, f"{value:.4g}")
-    for name, state in snapshot.guardrails.items():
-        table.add_row(f"alert {name}", state)
-    return table
-
-
-def run_demo(config: Config, duration_s: float | None) -> int:
-    """Run the sidecar and the synthetic service until ``duration_s`` or a signal.
+def run_demo(
+    config: Config, duration_s: float | None, config_path: Path | None, as_json_lines: bool
+) -> int:
+    """Run the sidecar and the synthetic service until ``duration_s`` or a signal, the log
+    in the state directory's ``demo.log``; 1 when the sidecar cannot start.
 
     The live view evaluates exactly the conditions ``rag-monitor rules`` generates
     (``alerts.rules.build_rules``), never its own copy.
     """
+    config = with_demo_settings(config)
+    log_path = config.service.state_dir / LOG_NAME
+    with _stderr_to(log_path):
+        problem = _serve(config, duration_s, config_path, as_json_lines, log_path)
+    if problem:
+        print(f"{problem} (log: {log_path})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _serve(
+    config: Config,
+    duration_s: float | None,
+    config_path: Path | None,
+    as_json_lines: bool,
+    log_path: Path,
+) -> str | None:
+    """Run the demo; the reason it could not start, if it could not."""
     from alerts.rules import build_rules
     from monitor.sidecar import Sidecar
 
-    config = with_demo_settings(config)
-    warn_missing_models(config)
+    missing = warn_missing_models(config)
     try:
         sidecar = Sidecar(config)
     except ValueError as exc:  # e.g. a detector whose extra is not installed
-        print(f"invalid configuration: {exc}", file=sys.stderr)
-        return 1
+        return f"invalid configuration: {exc}"
     sidecar.start()
-    http = config.collectors.otlp.http
     if sidecar.http is None:
-        log.error("demo_needs_otlp_http", hint="set collectors.otlp.http.enabled: true")
         sidecar.shutdown()
-        return 1
+        return "the demo sends OTLP/HTTP: set collectors.otlp.http.enabled: true"
+    http = config.collectors.otlp.http
     endpoint = f"http://{http.host}:{sidecar.http.port}/v1/traces"
     service = SyntheticRagService(endpoint, cycle_s=duration_s or DEFAULT_CYCLE_S)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    links = _links(config, sidecar.metrics_server.port, config_path, log_path)
     service.start()
     log.info(
         "demo_started",
-        metrics=f"http://{config.service.metrics.host}:{sidecar.metrics_server.port}/metrics",
+        metrics=links.metrics,
         rate_per_s=RATE_PER_S,
         duration_s=duration_s,
         releases=f"{RELEASES[0]} -> {RELEASES[1]} when the latency incident starts",
         shadow_share=SHADOW_SHARE,
     )
-    summarizer = Summarizer(sidecar.registry, build_rules(config))
-    deadline = time.monotonic() + duration_s if duration_s else float("inf")
+    lag_s = config.collectors.spans.assembly.grace_s
+    rules = build_rules(config)
+    view = LiveView(sidecar.registry, rules, service, links, missing_models=missing, lag_s=lag_s)
+    terminal = sys.stdout.isatty()
+    every_s = REFRESH_S if terminal else PLAIN_EVERY_S
+    if terminal and isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="replace")  # the trend's bars, on a terminal without them
+    if terminal and not as_json_lines:
+        sys.stdout.write(CLEAR)
     try:
-        for snapshot in _views(summarizer, stop, deadline, service):
-            del snapshot
+        for snapshot in _refreshes(view, stop, duration_s, every_s):
+            _show(snapshot, as_json_lines, terminal)
     finally:
         service.shutdown()
         sidecar.shutdown()
     log.info("demo_stopped", sent=service.sent, shadow_sent=service.shadow_sent)
-    return 0
+    if not as_json_lines:
+        print(f"demo stopped: {service.sent} requests sent; log: {log_path}", flush=True)
+    return None
 
 
-def _views(
-    summarizer: Summarizer, stop: threading.Event, deadline: float, service: SyntheticRagService
+def _links(config: Config, metrics_port: int, config_path: Path | None, log_path: Path) -> Links:
+    """Where to look next, with the demo's --config on each command."""
+    metrics = config.service.metrics
+    review = config.detectors.review
+    option = "" if config_path is None else f" --config {shlex.quote(str(config_path))}"
+    return Links(
+        metrics=f"http://{metrics.host}:{metrics_port}/metrics",
+        review=f"http://{review.http.host}:{review.http.port}/review" if review.enabled else None,
+        commands=[
+            f"rag-monitor report review{option}",
+            f"rag-monitor report shadow{option}",
+            f"rag-monitor report drift{option}",
+            f"rag-monitor rules{option}  (the rules this view evaluates)",
+        ],
+        docs="docs/pages/getting-started.md#what-you-see; runbooks: docs/pages/alerts.md",
+        log=str(log_path),
+    )
+
+
+def _refreshes(
+    view: LiveView, stop: threading.Event, duration_s: float | None, every_s: float
 ) -> Iterator[Snapshot]:
-    """Refresh the live view (TTY) or log a summary every 10 s until told to stop."""
-    if sys.stdout.isatty():
-        from rich.live import Live
-
-        with Live(refresh_per_second=2) as live:
-            while not stop.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
-                snapshot = summarizer.snapshot()
-                live.update(_table(snapshot, service.current_incident(), service.current_version()))
-                yield snapshot
-                if time.monotonic() >= deadline:
-                    return
-        return
-    while not stop.wait(min(SUMMARY_EVERY_S, max(0.0, deadline - time.monotonic()))):
-        snapshot = summarizer.snapshot()
-        incident = service.current_incident()
-        log.info(
-            "demo_summary",
-            requests=snapshot.requests,
-            requests_per_s=round(snapshot.requests_per_s, 2),
-            recorded={series: round(value, 6) for series, value in snapshot.recorded.items()},
-            incident=incident.name if incident else None,
-            release=service.current_version(),
-            guardrails=snapshot.guardrails,
-        )
-        yield snapshot
+    """A snapshot every ``every_s`` seconds and at the end of ``duration_s``, until told
+    to stop."""
+    deadline = time.monotonic() + duration_s if duration_s else float("inf")
+    while not stop.wait(min(every_s, max(0.0, deadline - time.monotonic()))):
+        yield view.snapshot()
         if time.monotonic() >= deadline:
             return
+
+
+def _show(snapshot: Snapshot, as_json_lines: bool, terminal: bool) -> None:
+    if as_json_lines:
+        print(as_json(snapshot), flush=True)
+    elif terminal:
+        frame = f"{ERASE_LINE}\n".join(as_text(snapshot))
+        sys.stdout.write(f"{HOME}{frame}{ERASE_LINE}\n{ERASE_BELOW}")
+        sys.stdout.flush()
+    else:
+        print("\n".join(as_text(snapshot)) + "\n", flush=True)
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Point file descriptor 2 at ``path`` while the demo runs: structlog, stdlib logging
+    and native libraries all write there, and none of it may land on the view."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with path.open("w") as log_file:
+        os.dup2(log_file.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)

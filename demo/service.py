@@ -70,15 +70,15 @@ class Incident:
     name: str
     start: float  # share of the cycle
     end: float
+    alert: str  # the alert it should fire (the live view says when its condition holds)
 
 
-# The scripted timeline, as shares of one cycle. The filter and drift incidents
-# feed detectors of later versions; their attributes are already on the spans.
+# The scripted timeline, as shares of one cycle.
 TIMELINE = (
-    Incident("slow generate stage", 0.20, 0.40),
-    Incident("cost spike (long prompts)", 0.50, 0.65),
-    Incident("bad locale filter", 0.70, 0.85),
-    Incident("query-mix shift", 0.85, 1.00),
+    Incident("slow generate stage", 0.20, 0.40, "RagStageLatencySLOBreach"),
+    Incident("cost spike (long prompts)", 0.50, 0.65, "RagCostPerQueryHigh"),
+    Incident("bad locale filter", 0.70, 0.85, "RagFilterFalseExclusionHigh"),
+    Incident("query-mix shift", 0.85, 1.00, "RagQueryDriftDetected"),
 )
 
 
@@ -164,12 +164,20 @@ class SyntheticRagService:
         for provider in self._providers.values():
             provider.shutdown()  # flushes the exporter
 
+    @property
+    def cycle_s(self) -> float:
+        return self._cycle_s
+
+    def elapsed(self) -> float:
+        """Seconds since the service started: where it stands on its timeline."""
+        return time.monotonic() - self._started
+
     def current_incident(self) -> Incident | None:
-        return incident_at(time.monotonic() - self._started, self._cycle_s)
+        return incident_at(self.elapsed(), self._cycle_s)
 
     def current_version(self) -> str:
         """The release serving now: the new one from the first latency incident on."""
-        return release_at(time.monotonic() - self._started, self._cycle_s)
+        return release_at(self.elapsed(), self._cycle_s)
 
     def _run(self) -> None:
         interval = 1.0 / self._rate
@@ -294,7 +302,12 @@ def _documents(
 def release_at(elapsed: float, cycle_s: float) -> str:
     """The demo's release: the old one until the first latency incident of the first
     cycle starts, then the new one for good (the release an operator would suspect)."""
-    return RELEASES[1] if elapsed >= LATENCY_INCIDENT.start * cycle_s else RELEASES[0]
+    return RELEASES[1] if elapsed >= release_start(RELEASES[1], cycle_s) else RELEASES[0]
+
+
+def release_start(version: str, cycle_s: float) -> float:
+    """Seconds after the start at which ``version`` (one of ``RELEASES``) starts serving."""
+    return 0.0 if version == RELEASES[0] else LATENCY_INCIDENT.start * cycle_s
 
 
 def shadow_of(request: DemoRequest, rng: random.Random) -> DemoRequest:

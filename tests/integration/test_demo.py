@@ -1,11 +1,18 @@
-"""The demo: sidecar plus synthetic service, metrics visible while it runs, clean exit."""
+"""The demo: sidecar plus synthetic service, metrics visible while it runs, clean exit;
+its live view in a terminal, and its JSON snapshots."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import select
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -14,6 +21,20 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import REPO, free_port, wait_until
 
 pytestmark = pytest.mark.integration
+
+
+def demo_config(tmp_path: Path, metrics_port: int = 0, review_port: int = 0) -> Path:
+    """A demo configuration on free ports (or these), its state and log under ``tmp_path``."""
+    config = tmp_path / "demo.yaml"
+    config.write_text(yaml.safe_dump({
+        "service": {
+            "metrics": {"port": metrics_port or free_port()},
+            "state_dir": str(tmp_path / "state"),
+        },
+        "collectors": {"otlp": {"http": {"port": free_port()}, "grpc": {"port": free_port()}}},
+        "detectors": {"review": {"http": {"port": review_port or free_port()}}},
+    }))  # fmt: skip
+    return config
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -54,12 +75,7 @@ def test_demo_serves_traffic_latency_and_cost_then_exits_0(tmp_path: Path) -> No
     review queue (random, thumbs-down and follow-up items) behind its page, releases 1.5.0
     when its latency incident starts, sends shadow twins and slices, and exits 0."""
     metrics_port, review_port = free_port(), free_port()
-    config = tmp_path / "demo.yaml"
-    config.write_text(yaml.safe_dump({
-        "service": {"metrics": {"port": metrics_port}, "state_dir": str(tmp_path / "state")},
-        "collectors": {"otlp": {"http": {"port": free_port()}, "grpc": {"port": free_port()}}},
-        "detectors": {"review": {"http": {"port": review_port}}},
-    }))  # fmt: skip
+    config = demo_config(tmp_path, metrics_port, review_port)
     process = subprocess.Popen(
         [sys.executable, "-m", "monitor", "demo", "--config", str(config), "--duration", "20"],
         cwd=REPO,
@@ -113,4 +129,111 @@ def test_demo_serves_traffic_latency_and_cost_then_exits_0(tmp_path: Path) -> No
         if process.poll() is None:
             process.kill()
     assert process.returncode == 0, output.decode()[-2000:]
-    assert b"demo_stopped" in output
+    assert b"demo_stopped" not in output  # the log goes to its file, not over the view
+    assert "demo_stopped" in (tmp_path / "state" / "demo.log").read_text()
+
+
+ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+HOME = b"\x1b[H"
+
+
+def run_in_terminal(argv: list[str], timeout: float) -> tuple[int, bytes]:
+    """Run ``argv`` with a pseudo-terminal as its stdin, stdout and stderr; its exit
+    status and every byte it wrote to the terminal."""
+    controller, terminal = os.openpty()
+    process = subprocess.Popen(
+        argv, cwd=REPO, stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True
+    )
+    os.close(terminal)
+    written = bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not select.select([controller], [], [], 1.0)[0]:
+                continue
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: the process closed the terminal's last descriptor
+                break
+            if not chunk:
+                break
+            written += chunk
+        return process.wait(timeout=30), bytes(written)
+    finally:
+        os.close(controller)
+        if process.poll() is None:
+            process.kill()
+
+
+def screens(written: bytes) -> list[str]:
+    """What the terminal shows after each redraw (each frame starts at the home
+    position), as plain text."""
+    return [ANSI.sub(b"", frame).decode() for frame in written.split(HOME)[1:]]
+
+
+def test_demo_in_a_terminal_shows_guardrails_and_incident_without_log_lines(
+    tmp_path: Path,
+) -> None:
+    """`rag-monitor demo --duration N` in a pseudo-terminal redraws a screen with a row
+    per guardrail and the incident running now with the alert it should fire, then when
+    its condition was met, and no JSON log line anywhere on the terminal: the log is in
+    the state directory's demo.log."""
+    from demo.view import GUARDRAILS
+
+    config = demo_config(tmp_path)
+    argv = [sys.executable, "-m", "monitor", "demo", "--config", str(config), "--duration", "20"]
+    status, written = run_in_terminal(argv, timeout=90)
+    frames = screens(written)
+    assert status == 0, written.decode(errors="replace")[-3000:]
+    assert len(frames) >= 15  # a redraw a second
+    assert written.startswith(b"\x1b[2J\x1b[H")  # the screen erased once, then each frame
+    last = frames[-1].splitlines()
+    for guardrail in GUARDRAILS:
+        assert sum(line.startswith(guardrail.name + " ") for line in last) == 1, guardrail
+    assert any(line.startswith("evaluated by Prometheus only: ") for line in last)
+    log = tmp_path / "state" / "demo.log"
+    assert f"log: {log}" in frames[-1]
+    # The latency incident runs from 20% to 40% of the 20 s cycle.
+    assert any(
+        "incident now: slow generate stage (0:04-0:08) -> RagStageLatencySLOBreach should fire"
+        in frame
+        for frame in frames
+    )
+    met = re.compile(r"slow generate stage.* -> RagStageLatencySLOBreach.* met at \d:\d\d")
+    assert any(met.search(frame) for frame in frames)
+    assert not [line for line in ANSI.sub(b"", written).splitlines() if b'{"' in line]
+    assert '"event": "demo_stopped"' in log.read_text()
+
+
+def test_demo_json_prints_one_snapshot_per_refresh(tmp_path: Path) -> None:
+    """`rag-monitor demo --json` prints only JSON objects on stdout, one per refresh, each
+    with the five guardrails, the release and the links; nothing on stderr."""
+    from demo.view import GUARDRAILS
+
+    config = demo_config(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "monitor", "demo", "--config", str(config), "--duration", "6",
+         "--json"],
+        cwd=REPO,
+        capture_output=True,
+        timeout=90,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert done.stderr == b""
+    snapshots: list[dict[str, Any]] = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(snapshots) == 1  # one refresh every 10 s without a terminal, and one at the end
+    [snapshot] = snapshots
+    rows = snapshot["guardrails"]
+    assert [row["guardrail"] for row in rows] == [
+        "faithfulness", "latency SLO total", "false exclusion", "regeneration", "cost per query"
+    ]  # fmt: skip
+    assert {row["alert"].split("{")[0] for row in rows} == {g.alert for g in GUARDRAILS}
+    cost = rows[-1]
+    assert (cost["op"], cost["threshold"]) == (">", 0.02)
+    assert cost["evidence"] > 0
+    assert cost["value"] > 0
+    assert snapshot["release"] == "1.5.0"
+    assert snapshot["requests"] > 0
+    assert "RagRegenerationRateAnomalous" in snapshot["prometheus_only"]
+    assert snapshot["links"]["metrics"].endswith("/metrics")

@@ -330,12 +330,13 @@ def test_alertmanager_example_routes_page_and_ticket() -> None:
 
 
 def test_demo_evaluator_reads_the_generated_conditions() -> None:
-    """demo.rule_evaluation computes recorded series, Wilson bounds and alert states from
-    the rule document, for production series only; a pass share's switch to its corrected
-    bound reads as the judge's own bound (the demo has no reviewers)."""
+    """demo.rule_evaluation computes recorded series, Wilson bounds and alert readings
+    (state, estimate, bound, evidence, test) from the rule document, for production series
+    only; a pass share's switch to its corrected bound reads as the judge's own bound (the
+    demo has no reviewers)."""
     from prometheus_client import CollectorRegistry, Counter, Histogram
 
-    from demo.rule_evaluation import NO_EVIDENCE, NOT_HERE, RuleEvaluator
+    from demo.rule_evaluation import BREACH, NO_EVIDENCE, NOT_HERE, OK, RuleEvaluator
     from monitor.rulekit.evidence import wilson, window_z
 
     registry = CollectorRegistry()
@@ -354,7 +355,8 @@ def test_demo_evaluator_reads_the_generated_conditions() -> None:
     below = Counter("rag_faithfulness_below_threshold_total", "", ["variant"], registry=registry)
     evaluator = RuleEvaluator(build_rules(Config()), registry)
     short = 'RagFilterFalseExclusionHigh{window="30m"}'
-    assert evaluator.evaluate()[1][short] == NO_EVIDENCE
+    first = evaluator.evaluate()[1][short]
+    assert (first.state, first.op, first.threshold) == (NO_EVIDENCE, ">", 0.02)
     for _ in range(100):
         latency.labels("total", "production").observe(2.5)
         latency.labels("total", "shadow").observe(0.5)
@@ -362,19 +364,68 @@ def test_demo_evaluator_reads_the_generated_conditions() -> None:
     excluded.labels("production").inc(10)
     scored.labels("scored", "production").inc(100)
     below.labels("production").inc(60)
-    recorded, states = evaluator.evaluate()
+    recorded, readings = evaluator.evaluate()
     faithful = recorded["rag:faithfulness_pass:upper_bound30m"]
     assert faithful == pytest.approx(
         wilson(0.4, 100, window_z(Config().guardrails, "page", ["30m", "6h"])[0][1], "upper")
     )
-    assert states['RagFaithfulnessLow{window="30m"}'] == f"BREACH ({faithful:.4g})"
+    faithfulness = readings['RagFaithfulnessLow{window="30m"}']
+    assert (faithfulness.state, faithfulness.bound) == (BREACH, faithful)
+    assert faithfulness.value == pytest.approx(0.4)
+    assert faithfulness.evidence == 100
     assert recorded['rag:stage_latency_seconds:p95_5m{stage="total"}'] == pytest.approx(2.925)
     assert recorded['rag:stage_latency_seconds:slow_ratio_rate1h{stage="total"}'] == 1.0
     bound = recorded["rag:filter_false_exclusions:lower_bound30m"]
     [(_, z), _] = window_z(Config().guardrails, "ticket", ["30m", "6h"])
     assert bound == pytest.approx(wilson(0.1, 100, z, "lower"))
-    assert states['RagStageLatencySLOBreach{stage="total"}'].startswith("BREACH")
-    assert states[short] == f"BREACH ({bound:.4g})"
-    assert states['RagRegenerationRateAnomalous{window="1h"}'] == NOT_HERE
+    assert readings['RagStageLatencySLOBreach{stage="total"}'].state == BREACH
+    assert readings[short].state == BREACH
+    assert readings[short].value == pytest.approx(0.1)
+    assert readings[short].bound == bound
+    assert readings['RagRegenerationRateAnomalous{window="1h"}'].state == NOT_HERE
     eligible.labels("production").inc(5)  # five labelled queries, none excluded
-    assert evaluator.evaluate()[1][short].startswith("ok (")
+    again = evaluator.evaluate()[1][short]
+    assert (again.state, again.value, again.evidence) == (OK, 0.0, 5)
+
+
+def test_demo_evaluator_window_reaches_back_to_the_look_window_s_ago() -> None:
+    """With a window, the demo's evaluator counts the change since the latest look at
+    least window_s old (since the start while none is), not since the last look."""
+    from prometheus_client import CollectorRegistry, Counter
+
+    from demo.rule_evaluation import RuleEvaluator
+
+    registry = CollectorRegistry()
+    eligible = Counter("rag_filter_eligible_queries_total", "", ["variant"], registry=registry)
+    Counter("rag_filter_false_exclusions_total", "", ["variant"], registry=registry)
+    now = [0.0]
+    evaluator = RuleEvaluator(build_rules(Config()), registry, window_s=10, clock=lambda: now[0])
+    short = 'RagFilterFalseExclusionHigh{window="30m"}'
+    seen = []
+    for second in range(0, 25, 5):  # 10 labelled queries before each look
+        eligible.labels("production").inc(10)
+        now[0] = second
+        seen.append(evaluator.evaluate()[1][short].evidence)
+    # looks at 0, 5: since the start; from 10 on: since the look 10 s before
+    assert seen == [10, 20, 20, 20, 20]
+
+
+def test_demo_evaluator_reads_alternatives_joined_by_or() -> None:
+    """An alert of alternatives joined by ``or`` (RagQueryDriftDetected) is evaluated in
+    the demo: met when one alternative's clauses all hold."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    from demo.rule_evaluation import BREACH, OK, RuleEvaluator
+
+    registry = CollectorRegistry()
+    labels = ["signal"]
+    p_value = Gauge("rag_drift_p_value", "", labels, registry=registry)
+    detected = Gauge("rag_drift_detected", "", labels, registry=registry)
+    evaluator = RuleEvaluator(build_rules(Config()), registry)
+    p_value.labels("query").set(0.4)
+    detected.labels("query").set(0)
+    assert evaluator.evaluate()[1]["RagQueryDriftDetected"].state == OK
+    p_value.labels("query").set(0.001)
+    detected.labels("query").set(1)
+    drift = evaluator.evaluate()[1]["RagQueryDriftDetected"]
+    assert (drift.state, drift.value) == (BREACH, 0.001)
