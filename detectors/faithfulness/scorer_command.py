@@ -28,7 +28,7 @@ def _score(args: argparse.Namespace, config: Any) -> int:
     import structlog
     from prometheus_client import CollectorRegistry
 
-    from detectors.faithfulness.judge import open_judge
+    from detectors.faithfulness.judges import open_judge
     from detectors.faithfulness.scorer import Scorer
     from monitor.config import kafka_connection
     from monitor.extras import MissingExtraError, require_extra
