@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 from detectors.latency import alerting
 from detectors.latency.config import LatencyConfig
 from monitor.components import BuildContext, DetectorComponent
-from monitor.config import GuardrailsConfig
 from monitor.coverage import stage_field
 from monitor.detector import Detector
+from monitor.guardrails import GuardrailsConfig
 
 if TYPE_CHECKING:
     from monitor.rulekit.simulation import SimulatedWorld
