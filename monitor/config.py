@@ -35,7 +35,7 @@ from monitor.components import (
     load_components,
 )
 from monitor.coverage import DEFAULT_INSTRUMENTATIONS, MAX_INSTRUMENTATIONS
-from monitor.guardrails import GuardrailsConfig as GuardrailsConfig  # noqa: PLC0414 (re-exported)
+from monitor.guardrails import GuardrailsConfig
 from monitor.kafka_connection import KafkaConnection
 from monitor.section import Section
 from monitor.state import DEFAULT_STATE_MAX_BYTES
