@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 
 from monitor.cli import build_parser
 from monitor.components import BuildContext, load_components
-from monitor.config import Config, config_keys, detector_section
+from monitor.config import Config, config_keys, detector_section, shared_values
 from monitor.sidecar import Sidecar
 
 REGENERATE = "rag-monitor docs reference --out docs/pages/reference"
@@ -185,9 +185,10 @@ def metrics_page() -> str:
 def _declared_by_detector(config: Config) -> dict[str, list[str]]:
     """For each family name, the detectors whose build alone declares it."""
     found: dict[str, list[str]] = {}
+    shared = shared_values(config)
     for component in load_components():
         registry = _RecordingRegistry()
-        context = BuildContext(registry=registry, state_dir=config.service.state_dir, root=config)
+        context = BuildContext(registry, config.service, config.guardrails, shared)
         detector = component.build(detector_section(config, component), context)
         detector.shutdown()
         component.late_metrics(registry)

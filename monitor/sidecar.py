@@ -22,7 +22,13 @@ from monitor.components import (
     load_components,
     write_token,
 )
-from monitor.config import Config, collector_section, detector_section, kafka_connection
+from monitor.config import (
+    Config,
+    collector_section,
+    detector_section,
+    kafka_connection,
+    shared_values,
+)
 from monitor.detector import Detector
 from monitor.http.endpoints import ComponentsUp, MetricsServer, Readiness
 from monitor.intake import TraceAssembly
@@ -48,8 +54,9 @@ def build_detectors(
     their events go through once it is bound to the pipeline."""
     context = BuildContext(
         registry=registry,
-        state_dir=config.service.state_dir,
-        root=config,
+        service=config.service,
+        guardrails=config.guardrails,
+        shared=shared_values(config),
         emit=emit or EventHook(),
         token=write_token(config.service.auth_token_env),
         kafka=kafka_connection(config),

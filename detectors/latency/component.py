@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def _build(config: LatencyConfig, context: BuildContext) -> Detector:
     from detectors.latency.detector import LatencyDetector
 
-    return LatencyDetector(config, context.registry, slo_stages=context.root.guardrails.latency_slo)
+    return LatencyDetector(config, context.registry, slo_stages=context.guardrails.latency_slo)
 
 
 def _fields(config: LatencyConfig, guardrails: GuardrailsConfig) -> tuple[str, ...]:
