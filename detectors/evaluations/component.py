@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def _build(config: EvaluationsConfig, context: BuildContext) -> Detector:
     from detectors.evaluations.detector import EvaluationsDetector
-    from detectors.evaluations.emit import EvaluationEmitter
+    from monitor.verdict_exports.otlp_logs import EvaluationEmitter
 
     emitter = None if config.emit is None else EvaluationEmitter(config.emit)
     return EvaluationsDetector(config, context.registry, emitter)
