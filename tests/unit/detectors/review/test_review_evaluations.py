@@ -28,6 +28,7 @@ from detectors.review.report import build_report, render_html, render_markdown, 
 from detectors.review.sampler import Action, AttachEvaluation, Enqueue, ReviewSampler
 from detectors.review.store import ReviewStore, item_from_record, item_record
 from monitor.components import BuildContext, load_components
+from monitor.detector import Detector
 from monitor.guardrails import GuardrailsConfig
 from monitor.service_config import ServiceConfig
 from monitor.shared import COMPARED_WITH_REVIEW, PassRules, SharedValues
@@ -284,16 +285,24 @@ def test_the_component_compares_only_evaluations_set_compare_with_review(tmp_pat
         },
     )
     [detector] = [d for d in build_detectors(config, CollectorRegistry()) if d.name == "review"]
+    observed = trace(1, result(score=0.4), result("answer_relevancy", score=0.1))
+    assert held_outcomes(detector, observed) == (("groundedness", "fail"),)
+
+
+def held_outcomes(
+    detector: Detector, observed: RagTrace
+) -> tuple[tuple[str, EvaluationOutcome], ...]:
+    """The evaluation outcomes the review ``detector`` keeps with ``observed`` in its queue."""
     assert isinstance(detector, ReviewDetector)
     detector.start()
     try:
-        detector.observe(trace(1, result(score=0.4), result("answer_relevancy", score=0.1)))
+        detector.observe(observed)
         store = detector.store
         assert store is not None
-        wait_until(lambda: store.get(TRACE) is not None)
-        held = store.get(TRACE)
+        wait_until(lambda: store.get(observed.trace_id) is not None)
+        held = store.get(observed.trace_id)
         assert held is not None
-        assert held.evaluations == (("groundedness", "fail"),)
+        return held.evaluations
     finally:
         detector.shutdown()
 
@@ -309,19 +318,8 @@ def test_the_review_component_takes_the_rules_the_core_hands_it(tmp_path: Path) 
     config = ReviewConfig.model_validate(
         {"enabled": True, "random_rate": 1.0, "http": {"enabled": False}}
     )
-    detector = review.build(config, context)
-    assert isinstance(detector, ReviewDetector)
-    detector.start()
-    try:
-        detector.observe(trace(1, result(score=0.6), result("hallucination", label="factual")))
-        store = detector.store
-        assert store is not None
-        wait_until(lambda: store.get(TRACE) is not None)
-        held = store.get(TRACE)
-        assert held is not None
-        assert held.evaluations == (("groundedness", "pass"),)
-    finally:
-        detector.shutdown()
+    observed = trace(1, result(score=0.6), result("hallucination", label="factual"))
+    assert held_outcomes(review.build(config, context), observed) == (("groundedness", "pass"),)
 
 
 # --- the report ------------------------------------------------------------------------------
