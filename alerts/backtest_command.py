@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from alerts.coverage import COVERAGE
 from monitor.components import load_components
 from monitor.config import Config
 from monitor.durations import parse_duration
@@ -22,8 +23,6 @@ if TYPE_CHECKING:  # numpy and the rest load only when a backtest runs: --help s
     from alerts.backtest import AlertSummary, Window
     from monitor.rulekit.simulation import Incident, World
 
-# The core's incident kind (alerts/simulate.py): requests without contexts.
-COVERAGE = "coverage"
 # The fields the coverage ticket watches: field=~"answer|contexts|..." in its recordings.
 _FIELDS = re.compile(r'field=~"([\w|]+)"')
 

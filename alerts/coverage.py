@@ -16,8 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from monitor.components import DetectorComponent
-from monitor.config import Config, GuardrailsConfig, detector_section
+from monitor.config import Config, detector_section
 from monitor.coverage import REQUEST
+from monitor.guardrails import GuardrailsConfig
 from monitor.names import (
     DERIVED_DOCUMENT_IDS_TOTAL,
     FIELDS_TOTAL,
@@ -30,6 +31,10 @@ from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.rulekit.promql import JOB, alert, panel_rate, panel_ratio, percent, recorded_value
 
+# The incident kind of ``rag-monitor rules backtest --simulate`` that these rules catch
+# (``alerts/simulate.py``): requests without contexts, as an instrumentation the mapping
+# cannot read sends.
+COVERAGE = "coverage"
 PROMTOOL_TESTS = [Path(__file__).parent / "tests" / "coverage_test.yaml"]
 BY = "job, field, instrumentation"
 

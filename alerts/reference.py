@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from monitor.cli import build_parser
 from monitor.components import BuildContext, load_commands, load_components
-from monitor.config import Config, config_keys, detector_section, kafka_connection
+from monitor.config import Config, config_keys, detector_section, kafka_connection, shared_values
 from monitor.sidecar import Sidecar
 
 REGENERATE = "rag-monitor docs reference --out docs/pages/reference"
@@ -243,9 +243,10 @@ def _declared_by_detector(configs: Sequence[Config]) -> dict[str, list[str]]:
         for config in configs:
             registry = _RecordingRegistry()
             context = BuildContext(
-                registry=registry,
-                state_dir=config.service.state_dir,
-                root=config,
+                registry,
+                config.service,
+                config.guardrails,
+                shared_values(config),
                 kafka=kafka_connection(config),
             )
             component.build(detector_section(config, component), context).shutdown()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from alerts.backtest_command import COVERAGE
+from alerts.coverage import COVERAGE
 from alerts.scratch import write_openmetrics_series
 from monitor.components import load_components
 from monitor.config import Config, detector_section

@@ -19,16 +19,18 @@ import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from monitor.detector import Detector
+from monitor.guardrails import GuardrailsConfig
 from monitor.intake import PIPELINE_THREAD, Consumer, Events, TraceAssembly
 from monitor.kafka_connection import KafkaConnection
 from monitor.rulekit.fragments import Row, RuleFragment
+from monitor.service_config import ServiceConfig
+from monitor.shared import Provision, SharedValues
 from monitor.trace import Event
 
 if TYPE_CHECKING:  # numpy loads only when a backtest simulates
@@ -93,11 +95,15 @@ def write_token(auth_token_env: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class BuildContext:
-    """What a component may need beside its own config section to build its detector."""
+    """What a component may need beside its own config section to build its detector: the
+    core's sections, and what other components provide. Never another component's section:
+    a value one detector needs from another is declared in ``monitor.shared``."""
 
     registry: CollectorRegistry
-    state_dir: Path
-    root: Any  # the whole validated ``Config``, for settings shared across components
+    service: ServiceConfig  # the ``service:`` section (state_dir, state_max_bytes, variants)
+    guardrails: GuardrailsConfig  # the ``guardrails:`` section
+    # What the registered components provide for one another (``DetectorComponent.provides``).
+    shared: SharedValues
     # Puts events into the pipeline (JudgeScore, review labels); bound by the sidecar.
     emit: Callable[[Event], bool] = field(default_factory=EventHook)
     # The bearer token of the write endpoints, for a detector serving its own page.
@@ -188,6 +194,10 @@ def _no_extras(config: Any) -> None:
     return None
 
 
+def _provides_nothing(config: Any) -> Sequence[Provision]:
+    return ()
+
+
 @dataclass(frozen=True)
 class DetectorComponent:
     """A registered detector: its config model, how to build it, its rules and panels.
@@ -207,6 +217,10 @@ class DetectorComponent:
     the metrics reference lists them with the rest. ``require_extras`` takes the section
     and raises ``monitor.extras.MissingExtraError`` when what it enables needs an extra
     that is not installed; the sidecar asks before it builds, ``check-config`` asks too.
+
+    ``provides`` takes the component's validated section and returns what it provides for
+    other components (``monitor.shared``: ``KEY.provide(value)`` for each key it owns); a
+    component that needs such a value reads ``BuildContext.shared[KEY]``.
     """
 
     name: str
@@ -223,6 +237,7 @@ class DetectorComponent:
     incidents: tuple[str, ...] = ()
     late_metrics: Callable[[CollectorRegistry], None] = _no_metrics
     require_extras: Callable[[Any], None] = _no_extras
+    provides: Callable[[Any], Sequence[Provision]] = _provides_nothing
 
 
 class Receiver(Protocol):

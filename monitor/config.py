@@ -34,19 +34,13 @@ from monitor.components import (
     load_collectors,
     load_components,
 )
-from monitor.coverage import DEFAULT_INSTRUMENTATIONS, MAX_INSTRUMENTATIONS
-from monitor.guardrails import GuardrailsConfig as GuardrailsConfig  # noqa: PLC0414 (re-exported)
+from monitor.guardrails import GuardrailsConfig
 from monitor.kafka_connection import KafkaConnection
 from monitor.section import Section
-from monitor.state import DEFAULT_STATE_MAX_BYTES
-from monitor.variants import DEFAULT_VARIANTS, MAX_VARIANTS, AllowList, VariantList
+from monitor.service_config import Endpoint, ServiceConfig
+from monitor.shared import SharedValues
 
 ENV_PREFIX = "RAG_MONITOR_"
-
-
-class Endpoint(Section):
-    host: str = Field("127.0.0.1", description="address to bind; loopback by default")
-    port: int = Field(9464, ge=0, le=65535, description="TCP port (0 picks a free one)")
 
 
 class Listener(Endpoint):
@@ -81,41 +75,6 @@ class HttpListener(Listener):
     )
     max_header_bytes: int = Field(
         16_384, ge=1024, description="largest request head (request line + headers); else 431"
-    )
-
-
-class ServiceConfig(Section):
-    metrics: Endpoint = Field(
-        default_factory=Endpoint, description="where /metrics, /healthz and /readyz are served"
-    )
-    state_dir: Path = Field(
-        Path("./rag-monitor-state"), description="drift reference, history, join state"
-    )
-    state_max_bytes: int = Field(
-        DEFAULT_STATE_MAX_BYTES,
-        gt=0,
-        description="byte budget of everything in state_dir (1 GiB): past 85% of it the drift "
-        "store deletes its oldest samples, then references, then tests; "
-        "rag_monitor_state_bytes and the RagMonitorStateNearFull alert (90%) watch it",
-    )
-    variants: VariantList = Field(
-        default_factory=lambda: list(DEFAULT_VARIANTS),
-        max_length=MAX_VARIANTS,
-        description="allowed rag.variant values (the variant label of every guardrail series); "
-        "production is implied and is the variant of a trace without rag.variant; others are "
-        "exported as other and counted in rag_variant_folded_total",
-    )
-    auth_token_env: str | None = Field(
-        None,
-        description="name of an environment variable holding the bearer token every write "
-        "endpoint requires (the OTLP receivers, /v1/labels, /v1/feedback, the review page)",
-    )
-    instrumentations: AllowList = Field(
-        default_factory=lambda: list(DEFAULT_INSTRUMENTATIONS),
-        max_length=MAX_INSTRUMENTATIONS,
-        description="instrumentation scope names kept as the instrumentation label of "
-        "rag_trace_fields_total (field coverage); others are exported as other, a trace "
-        "without a scope name as none",
     )
 
 
@@ -278,6 +237,16 @@ def require_extras(config: Config) -> None:
     the sidecar's start and ``check-config`` refuse the same configurations."""
     for component in load_components():
         component.require_extras(detector_section(config, component))
+
+
+def shared_values(config: Config) -> SharedValues:
+    """What the registered detectors provide for one another (``monitor.shared``), each
+    from its own validated section; fails when two provide the same value."""
+    return SharedValues(
+        provision
+        for component in load_components()
+        for provision in component.provides(detector_section(config, component))
+    )
 
 
 def collector_section(config: Config, component: CollectorComponent) -> Any:

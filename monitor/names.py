@@ -27,6 +27,12 @@ JUDGE_AGREEMENT_TOTAL = "rag_review_judge_agreement_total"
 # human
 EVALUATION_AGREEMENT_TOTAL = "rag_review_evaluation_agreement_total"
 
+# --- verdicts that leave the process (monitor/verdict_exports/) --------------------------
+
+# Faithfulness scores sent to Phoenix as span annotations, by outcome (written, failed,
+# dropped).
+ANNOTATIONS_TOTAL = "rag_faithfulness_annotations_total"
+
 # --- what the monitor can see (monitor/coverage.py, monitor/missing.py) -----------------
 
 FIELDS_TOTAL = "rag_trace_fields_total"  # by field, present and instrumentation

@@ -28,6 +28,7 @@ from monitor.config import (
     detector_section,
     kafka_connection,
     require_extras,
+    shared_values,
 )
 from monitor.detector import Detector
 from monitor.http.endpoints import ComponentsUp, MetricsServer, Readiness
@@ -56,8 +57,9 @@ def build_detectors(
     require_extras(config)
     context = BuildContext(
         registry=registry,
-        state_dir=config.service.state_dir,
-        root=config,
+        service=config.service,
+        guardrails=config.guardrails,
+        shared=shared_values(config),
         emit=emit or EventHook(),
         token=write_token(config.service.auth_token_env),
         kafka=kafka_connection(config),

@@ -13,7 +13,7 @@ from detectors.cost.names import (
     REQUEST_COST_USD,
     cost_per_query,
 )
-from monitor.config import GuardrailsConfig
+from monitor.guardrails import GuardrailsConfig
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.rulekit.promql import (
     alert,

@@ -22,7 +22,7 @@ from detectors.drift.names import (
     REPRESENTATION_INFO,
     REPRESENTATION_SHARE,
 )
-from monitor.config import GuardrailsConfig
+from monitor.guardrails import GuardrailsConfig
 from monitor.rulekit.fragments import Annotation, Panel, Row, RuleFragment
 from monitor.rulekit.promql import JOB, alert
 

@@ -36,9 +36,9 @@ def _build(config: DriftConfig, context: BuildContext) -> Detector:
 
     return DriftDetector(
         config,
-        context.state_dir,
+        context.service.state_dir,
         context.registry,
-        state_max_bytes=context.root.service.state_max_bytes,
+        state_max_bytes=context.service.state_max_bytes,
     )
 
 

@@ -8,6 +8,7 @@ from detectors.evaluations import alerting
 from detectors.evaluations.config import EvaluationsConfig
 from monitor.components import BuildContext, DetectorComponent
 from monitor.detector import Detector
+from monitor.shared import COMPARED_WITH_REVIEW, Provision
 
 if TYPE_CHECKING:
     from monitor.rulekit.simulation import SimulatedWorld
@@ -15,10 +16,18 @@ if TYPE_CHECKING:
 
 def _build(config: EvaluationsConfig, context: BuildContext) -> Detector:
     from detectors.evaluations.detector import EvaluationsDetector
-    from detectors.evaluations.emit import EvaluationEmitter
+    from monitor.verdict_exports.otlp_logs import EvaluationEmitter
 
     emitter = None if config.emit is None else EvaluationEmitter(config.emit)
     return EvaluationsDetector(config, context.registry, emitter)
+
+
+def _provides(config: EvaluationsConfig) -> list[Provision]:
+    """The pass rules of the evaluations set compare_with_review, for the review detector."""
+    compared = {
+        name: rule.passes for name, rule in config.evaluations.items() if rule.compare_with_review
+    }
+    return [COMPARED_WITH_REVIEW.provide(compared)]
 
 
 def _simulate(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
@@ -37,4 +46,5 @@ COMPONENT = DetectorComponent(
     order=45,
     simulate=_simulate,
     incidents=("evaluation",),
+    provides=_provides,
 )

@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 from monitor.section import Section
 from monitor.trace import EvaluationResult
 from monitor.variants import allow_list
+from monitor.verdict_exports.config import EmitConfig
 
 MAX_EVALUATIONS = 64  # each multiplies the evaluation series by outcomes and variants
 
@@ -81,22 +82,6 @@ class EvaluationRule(Section):
         if sum(given) != 1:
             raise ValueError("give exactly one of score_min, score_max or labels")
         return self
-
-
-class EmitConfig(Section):
-    """Where this sidecar's own verdicts go as gen_ai.evaluation.result log records."""
-
-    endpoint: str = Field(
-        description="OTLP/HTTP logs URL, e.g. http://otel-collector:4318/v1/logs (never this "
-        "sidecar's own /v1/logs: its results would count here again)."
-    )
-    timeout_s: float = Field(10.0, gt=0, description="Seconds an export may take.")
-    evaluation_name: str = Field(
-        "faithfulness",
-        min_length=1,
-        description="gen_ai.evaluation.name of the faithfulness records (scores and "
-        "unscored outcomes).",
-    )
 
 
 class EvaluationsConfig(Section):

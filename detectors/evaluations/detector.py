@@ -48,7 +48,7 @@ from monitor.trace import (
 from monitor.variants import NONE, OTHER, PRODUCTION, bounded_label, variant_of
 
 if TYPE_CHECKING:  # the OpenTelemetry SDK loads only when emit is configured
-    from detectors.evaluations.emit import EvaluationEmitter
+    from monitor.verdict_exports.otlp_logs import EvaluationEmitter
 
 Outcome = Literal["pass", "fail", "error"]
 # Scores on a 0..1 scale (Ragas, DeepEval, Phoenix) and on 1..10 ones (LLM-judge rubrics).

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 
 from detectors.faithfulness.hhem import HHEM_REPO
 from monitor.section import Patterns, Section
+from monitor.verdict_exports.config import PhoenixConfig
 
 AlwaysSample = Literal["thumbs_down", "probe"]
 JudgeKind = Literal["hhem", "openai_compatible"]
@@ -111,14 +112,6 @@ class RemoteJudgingConfig(Section):
         description="trace ids a scorer remembers (its own and the results topic's) to count "
         "a redelivered pair as a duplicate instead of scoring it again",
     )
-
-
-class PhoenixConfig(Section):
-    """``detectors.faithfulness.phoenix`` (formerly ``collectors.phoenix``)."""
-
-    enabled: bool = Field(False, description="connect to Phoenix (for the annotations below)")
-    endpoint: str = Field("http://127.0.0.1:6006", description="Phoenix base URL")
-    annotate: bool = Field(True, description="write faithfulness scores back as annotations")
 
 
 class FaithfulnessConfig(Section):

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, ClassVar
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from detectors.faithfulness.annotations import PhoenixAnnotator
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.judge import judge_name
 from detectors.faithfulness.names import (
@@ -45,6 +44,7 @@ from monitor.missing import MissingInputs
 from monitor.sampler import Sampled, Sampler
 from monitor.trace import Event, JudgeScore, RagTrace, UnscoredAnswer
 from monitor.variants import ByVariant, variant_of
+from monitor.verdict_exports.phoenix import PhoenixAnnotator
 
 if TYPE_CHECKING:
     from detectors.faithfulness.remote import PairPublisher

@@ -6,21 +6,19 @@ A judge returns one ``JudgeResult`` per pair, in order: a score in [0, 1] (``sco
 error is never a score: the worker counts it as the ``error`` outcome and nothing
 enters the score histogram or the pass share. Two judges exist (``judge:`` in
 ``detectors.faithfulness``): ``hhem`` (``hhem_judge.py``) and ``openai_compatible``
-(``llm_judge.py``); ``open_judge`` loads the configured one.
+(``llm_judge.py``); ``judges.open_judge`` loads the configured one. Both import this
+module, so it imports neither.
 """
 
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
-
     from detectors.faithfulness.config import FaithfulnessConfig
 
 # Why a pair has no score. model_error: the local model failed on it; cancelled: the worker
@@ -126,27 +124,6 @@ def batch_size_for(config: FaithfulnessConfig) -> int:
     if config.judge == "openai_compatible":
         return config.llm_judge.concurrency
     return config.batch_size or (1 if config.device.startswith("cpu") else 8)
-
-
-def open_judge(
-    config: FaithfulnessConfig,
-    *,
-    registry: CollectorRegistry | None,
-    on_stats: Callable[[WorkerStats], None],
-    stopping: threading.Event,
-) -> Judge:
-    """Load the configured judge (on the worker's thread: HHEM loads and measures a model).
-
-    Raises ``ModelMissingError`` or ``JudgeUnavailable`` when something must be fetched
-    or set first, ``CalibrationCancelled`` when ``stopping`` is set during the measurement.
-    """
-    if config.judge == "openai_compatible":
-        from detectors.faithfulness.llm_judge import load_llm_judge
-
-        return load_llm_judge(config, registry=registry, on_stats=on_stats, stopping=stopping)
-    from detectors.faithfulness.hhem_judge import load_hhem_judge
-
-    return load_hhem_judge(config, registry=registry, on_stats=on_stats, stopping=stopping)
 
 
 def pair_key(premise: str, hypothesis: str) -> bytes:

@@ -34,7 +34,7 @@ def _score(args: argparse.Namespace, config: Any) -> int:
     del args
     import structlog
 
-    from detectors.faithfulness.judge import open_judge
+    from detectors.faithfulness.judges import open_judge
     from monitor.config import kafka_connection
     from monitor.extras import MissingExtraError, require_extra
 

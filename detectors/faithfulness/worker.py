@@ -29,8 +29,8 @@ from detectors.faithfulness.judge import (
     JudgeUnavailable,
     WorkerStats,
     batch_size_for,
-    open_judge,
 )
+from detectors.faithfulness.judges import open_judge
 from detectors.faithfulness.openai_chat import MAX_RETRY_WAIT_S
 from detectors.faithfulness.precision import CalibrationCancelled
 from detectors.faithfulness.triage import Outcome, premise_of

@@ -14,7 +14,7 @@ from detectors.feedback.names import (
     FEEDBACK_THUMBS_DOWN_TOTAL,
     REGENERATION,
 )
-from monitor.config import GuardrailsConfig
+from monitor.guardrails import GuardrailsConfig
 from monitor.names import REQUESTS_TOTAL
 from monitor.rulekit.control_band import ControlBand
 from monitor.rulekit.evidence import derivation, hold_for, window_z

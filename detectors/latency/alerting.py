@@ -20,8 +20,7 @@ from detectors.latency.names import (
     slow_ratio,
     stage_p95,
 )
-from monitor.config import GuardrailsConfig
-from monitor.guardrails import LatencySLO
+from monitor.guardrails import GuardrailsConfig, LatencySLO
 from monitor.rulekit.evidence import confidence, hold_for, wilson_bound, window_z
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.rulekit.promql import (

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 from detectors.latency import alerting
 from detectors.latency.config import LatencyConfig
 from monitor.components import BuildContext, DetectorComponent
-from monitor.config import GuardrailsConfig
 from monitor.coverage import stage_field
 from monitor.detector import Detector
+from monitor.guardrails import GuardrailsConfig
 
 if TYPE_CHECKING:
     from monitor.rulekit.simulation import SimulatedWorld
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def _build(config: LatencyConfig, context: BuildContext) -> Detector:
     from detectors.latency.detector import LatencyDetector
 
-    return LatencyDetector(config, context.registry, slo_stages=context.root.guardrails.latency_slo)
+    return LatencyDetector(config, context.registry, slo_stages=context.guardrails.latency_slo)
 
 
 def _fields(config: LatencyConfig, guardrails: GuardrailsConfig) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from detectors.release.names import RELEASE_DROPPED_TOTAL, RELEASE_INFO
-from monitor.config import GuardrailsConfig
+from monitor.guardrails import GuardrailsConfig
 from monitor.rulekit.fragments import Panel, Row
 from monitor.rulekit.promql import panel_gauge, panel_increase
 

@@ -12,7 +12,7 @@ from detectors.review.names import (
     SKIPPED_TOTAL,
     sampled_rate,
 )
-from monitor.config import GuardrailsConfig
+from monitor.guardrails import GuardrailsConfig
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.rulekit.promql import JOB, panel_rate, sum_rate
 

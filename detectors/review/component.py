@@ -11,25 +11,29 @@ from detectors.review.commands import COMMANDS
 from detectors.review.config import ReviewConfig
 from monitor.components import BuildContext, DetectorComponent
 from monitor.detector import Detector
+from monitor.shared import COMPARED_WITH_REVIEW, REVIEW_ENABLED, Provision
 
 
 def _build(config: ReviewConfig, context: BuildContext) -> Detector:
     from detectors.review.detector import ReviewDetector
 
-    # The Kafka connection and the bearer token are shared settings, handed over by the core;
-    # the pass rules of the evaluations compared with review come from their own section.
-    evaluations = getattr(getattr(context.root.detectors, "evaluations", None), "evaluations", {})
-    rules = {name: rule.passes for name, rule in evaluations.items() if rule.compare_with_review}
+    # The pass rules of the evaluations compared with review are the evaluations detector's
+    # to say; the core hands them over with the service settings.
     return ReviewDetector(
         config,
         context.registry,
-        context.state_dir,
+        context.service.state_dir,
         kafka=context.kafka,
         emit=context.emit,
         token=context.token,
-        state_max_bytes=context.root.service.state_max_bytes,
-        rules=rules,
+        state_max_bytes=context.service.state_max_bytes,
+        rules=context.shared[COMPARED_WITH_REVIEW],
     )
+
+
+def _provides(config: ReviewConfig) -> list[Provision]:
+    """Whether review is on (the shadow detector keeps answers' text only then)."""
+    return [REVIEW_ENABLED.provide(config.enabled)]
 
 
 def _fields(config: ReviewConfig, guardrails: Any) -> tuple[str, ...]:
@@ -55,4 +59,5 @@ COMPONENT = DetectorComponent(
     order=70,
     commands=COMMANDS,
     late_metrics=_late_metrics,
+    provides=_provides,
 )

@@ -29,11 +29,11 @@ from detectors.review.sampler import (
     AttachFeedback,
     AttachScore,
     Enqueue,
-    PassRules,
     ReviewSampler,
 )
 from detectors.review.store import ReviewStore
 from monitor.kafka_connection import KafkaConnection
+from monitor.shared import PassRules
 from monitor.state import DEFAULT_STATE_MAX_BYTES, shared_state_dir
 from monitor.trace import Event, Label, RagTrace
 from monitor.variants import PRODUCTION, bounded_label, variant_of

@@ -30,7 +30,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -44,10 +44,9 @@ from detectors.review.model import (
     with_evaluation,
 )
 from monitor.sampler import TokenBucket, trace_fraction
+from monitor.shared import PassRules
 from monitor.trace import EvaluationResult, Event, Feedback, JudgeScore, RagTrace
 
-# Per evaluation compared with review: its pass rule (True: pass; None: not judged).
-PassRules = Mapping[str, Callable[[EvaluationResult], bool | None]]
 HOUR_S = 3600.0
 WEEK_S = 7 * 24 * HOUR_S
 HOURS_PER_WEEK = 168

@@ -17,7 +17,7 @@ from detectors.shadow.names import (
     RETRIEVAL_OVERLAP,
     UNSCORABLE_TOTAL,
 )
-from monitor.config import GuardrailsConfig
+from monitor.guardrails import GuardrailsConfig
 from monitor.rulekit.fragments import Panel, Row
 from monitor.rulekit.promql import panel_increase, panel_quantile, panel_rate, panel_ratio
 

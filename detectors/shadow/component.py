@@ -7,22 +7,22 @@ from detectors.shadow.commands import COMMANDS
 from detectors.shadow.config import ShadowConfig
 from monitor.components import BuildContext, DetectorComponent
 from monitor.detector import Detector
+from monitor.shared import REVIEW_ENABLED
 
 
 def _build(config: ShadowConfig, context: BuildContext) -> Detector:
     from detectors.shadow.detector import ShadowDetector
 
-    root = context.root
-    # Text is kept only where the review queue keeps it already (detectors.review.enabled).
-    review = getattr(root.detectors, "review", None)
+    service = context.service
     return ShadowDetector(
         config,
         context.registry,
-        context.state_dir,
+        service.state_dir,
         kafka=context.kafka,
-        variants=root.service.variants,
-        keep_text=bool(getattr(review, "enabled", False)),
-        state_max_bytes=root.service.state_max_bytes,
+        variants=service.variants,
+        # Text is kept only where the review queue keeps it already.
+        keep_text=context.shared[REVIEW_ENABLED],
+        state_max_bytes=service.state_max_bytes,
     )
 
 

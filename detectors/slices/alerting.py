@@ -15,7 +15,7 @@ from detectors.slices.names import (
     SLICE_UNMATCHED_FEEDBACK_TOTAL,
     regeneration_ratio_by_intent,
 )
-from monitor.config import GuardrailsConfig
+from monitor.guardrails import GuardrailsConfig
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.rulekit.promql import JOB, RATE, panel_rate, sum_increase, sum_rate
 from monitor.variants import PRODUCTION

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from monitor.config import GuardrailsConfig
 from monitor.durations import parse_duration
+from monitor.guardrails import GuardrailsConfig
 from monitor.rulekit.promql import sum_increase, sum_rate
 
 

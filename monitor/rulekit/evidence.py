@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from monitor.config import GuardrailsConfig
 from monitor.durations import parse_duration
+from monitor.guardrails import GuardrailsConfig
 from monitor.rulekit.promql import ratio, sum_increase, sum_rate
 
 WEEK_S = 7 * 86_400.0

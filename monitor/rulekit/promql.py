@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from monitor.config import GuardrailsConfig
 from monitor.durations import parse_duration
+from monitor.guardrails import GuardrailsConfig
 from monitor.names import RELEASE_FIRST_SEEN
 
 Severity = Literal["page", "ticket"]

@@ -19,7 +19,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from detectors.drift.alerting import rules
 from detectors.drift.config import DriftConfig
 from detectors.drift.report import write_report
-from monitor.config import Config, GuardrailsConfig
+from monitor.config import Config
+from monitor.guardrails import GuardrailsConfig
 from monitor.sidecar import Sidecar
 from tests.conftest import PROBES, Probe, golden_set_lines, sample, wait_until
 from tests.integration.conftest import Services, probe_request, query_series, send_query_vectors

@@ -21,7 +21,8 @@ from structlog.testing import capture_logs
 
 from detectors.faithfulness import FaithfulnessDetector
 from detectors.faithfulness.config import FaithfulnessConfig
-from detectors.faithfulness.judge import JudgePair, open_judge
+from detectors.faithfulness.judge import JudgePair
+from detectors.faithfulness.judges import open_judge
 from detectors.faithfulness.llm_judge import LlmJudge
 from detectors.review.detector import ReviewDetector
 from detectors.review.model import Verdict

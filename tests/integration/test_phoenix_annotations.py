@@ -15,8 +15,8 @@ import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from prometheus_client import CollectorRegistry
 
-from detectors.faithfulness.annotations import ANNOTATION_NAME, PhoenixAnnotator
 from monitor.sidecar import Sidecar
+from monitor.verdict_exports.phoenix import ANNOTATION_NAME, PhoenixAnnotator
 from tests.conftest import free_port, sample, wait_until
 from tests.hhem_checkpoint import Tiny, build_checkpoint, reference_scores
 from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for

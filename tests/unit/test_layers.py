@@ -96,6 +96,44 @@ def test_the_rule_itself(owner: str, module: str, allowed: bool) -> None:
     assert _allowed(owner, module) is allowed
 
 
+def _sections_read(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """The ``detectors:`` keys code reads: ``<x>.detectors.<key>`` and
+    ``getattr(<x>.detectors, "<key>")``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute):
+            if node.value.attr == "detectors":
+                yield node.lineno, node.attr
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) > 1
+            and isinstance(node.args[0], ast.Attribute)
+            and node.args[0].attr == "detectors"
+            and isinstance(node.args[1], ast.Constant)
+        ):
+            yield node.lineno, str(node.args[1].value)
+
+
+def test_a_detector_reads_no_siblings_section() -> None:
+    """No detector package reads another detector's config section: what one needs from
+    another is provided through the core (monitor.shared, BuildContext.shared)."""
+    found = []
+    for package in sorted(path for path in (ROOT / "detectors").iterdir() if path.is_dir()):
+        for path in sorted(package.rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for line, key in _sections_read(tree):
+                if key != package.name:
+                    found.append(f"{path.relative_to(ROOT)}:{line}: reads detectors.{key}")
+    assert found == []
+
+
+def test_the_section_check_finds_both_spellings() -> None:
+    """The check above sees a sibling's section read as an attribute and through getattr."""
+    source = "a = config.detectors.review\nb = getattr(root.detectors, 'evaluations', None)\n"
+    assert list(_sections_read(ast.parse(source))) == [(1, "review"), (2, "evaluations")]
+
+
 def test_modules_and_functions_stay_small() -> None:
     """Every source module is under 400 lines and every function under 80."""
     too_long = []

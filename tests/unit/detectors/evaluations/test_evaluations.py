@@ -13,7 +13,7 @@ from detectors.evaluations.alerting import guardrails_of, rows, rules
 from detectors.evaluations.config import EvaluationRule, EvaluationsConfig
 from detectors.evaluations.detector import EvaluationsDetector, outcome
 from detectors.evaluations.names import FOLDED_TOTAL, RESULTS_TOTAL, SCORE, UNMATCHED_TOTAL
-from monitor.config import GuardrailsConfig
+from monitor.guardrails import GuardrailsConfig
 from monitor.trace import EvaluationResult, RagTrace
 
 CONFIG = EvaluationsConfig.model_validate(

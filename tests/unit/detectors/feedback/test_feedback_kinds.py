@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from detectors.feedback.alerting import rows
 from detectors.feedback.detector import DWELL_BUCKETS_S, NO_REASON, FeedbackDetector
-from monitor.config import GuardrailsConfig
 from monitor.events import InvalidRecord, parse_feedback
+from monitor.guardrails import GuardrailsConfig
 from monitor.trace import FEEDBACK_KINDS, FEEDBACK_REASONS, Feedback
 from tests.conftest import sample
 

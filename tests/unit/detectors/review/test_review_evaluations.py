@@ -25,8 +25,13 @@ from detectors.review.model import (
     with_evaluation,
 )
 from detectors.review.report import build_report, render_html, render_markdown, summary
-from detectors.review.sampler import Action, AttachEvaluation, Enqueue, PassRules, ReviewSampler
+from detectors.review.sampler import Action, AttachEvaluation, Enqueue, ReviewSampler
 from detectors.review.store import ReviewStore, item_from_record, item_record
+from monitor.components import BuildContext, load_components
+from monitor.detector import Detector
+from monitor.guardrails import GuardrailsConfig
+from monitor.service_config import ServiceConfig
+from monitor.shared import COMPARED_WITH_REVIEW, PassRules, SharedValues
 from monitor.sidecar import build_detectors
 from monitor.trace import EvaluationResult, RagTrace
 from tests.conftest import make_config, sample, wait_until
@@ -280,18 +285,41 @@ def test_the_component_compares_only_evaluations_set_compare_with_review(tmp_pat
         },
     )
     [detector] = [d for d in build_detectors(config, CollectorRegistry()) if d.name == "review"]
+    observed = trace(1, result(score=0.4), result("answer_relevancy", score=0.1))
+    assert held_outcomes(detector, observed) == (("groundedness", "fail"),)
+
+
+def held_outcomes(
+    detector: Detector, observed: RagTrace
+) -> tuple[tuple[str, EvaluationOutcome], ...]:
+    """The evaluation outcomes the review ``detector`` keeps with ``observed`` in its queue."""
     assert isinstance(detector, ReviewDetector)
     detector.start()
     try:
-        detector.observe(trace(1, result(score=0.4), result("answer_relevancy", score=0.1)))
+        detector.observe(observed)
         store = detector.store
         assert store is not None
-        wait_until(lambda: store.get(TRACE) is not None)
-        held = store.get(TRACE)
+        wait_until(lambda: store.get(observed.trace_id) is not None)
+        held = store.get(observed.trace_id)
         assert held is not None
-        assert held.evaluations == (("groundedness", "fail"),)
+        return held.evaluations
     finally:
         detector.shutdown()
+
+
+def test_the_review_component_takes_the_rules_the_core_hands_it(tmp_path: Path) -> None:
+    """Built with no evaluations section anywhere, the review component judges results by
+    the pass rules BuildContext.shared hands it (monitor.shared), not by a section it reads."""
+    [review] = [component for component in load_components() if component.name == "review"]
+    shared = SharedValues([COMPARED_WITH_REVIEW.provide({"groundedness": RULES["groundedness"]})])
+    context = BuildContext(
+        CollectorRegistry(), ServiceConfig(state_dir=tmp_path), GuardrailsConfig(), shared
+    )
+    config = ReviewConfig.model_validate(
+        {"enabled": True, "random_rate": 1.0, "http": {"enabled": False}}
+    )
+    observed = trace(1, result(score=0.6), result("hallucination", label="factual"))
+    assert held_outcomes(review.build(config, context), observed) == (("groundedness", "pass"),)
 
 
 # --- the report ------------------------------------------------------------------------------

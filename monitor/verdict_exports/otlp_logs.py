@@ -1,8 +1,8 @@
 """What rag-monitor judges, sent on as OpenTelemetry ``gen_ai.evaluation.result`` log
-records (``detectors.evaluations.emit``) to an OTLP/HTTP logs endpoint (an OpenTelemetry
-Collector, Phoenix, another rag-monitor's ``/v1/logs``), each parented to its request's
-root span, so that any backend that reads the GenAI conventions sees the verdict beside
-the trace:
+records (configured as ``detectors.evaluations.emit``) to an OTLP/HTTP logs endpoint (an
+OpenTelemetry Collector, Phoenix, another rag-monitor's ``/v1/logs``), each parented to its
+request's root span, so that any backend that reads the GenAI conventions sees the verdict
+beside the trace:
 
 - faithfulness (a ``JudgeScore`` event): the score, labelled faithful or unfaithful;
 - faithfulness settled without a score (an ``UnscoredAnswer`` event): no score, and the
@@ -31,8 +31,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
 from opentelemetry.util.types import AttributeValue
 
-from detectors.evaluations.config import EmitConfig
 from monitor.trace import ExclusionOutcome, JudgeScore, UnscoredAnswer
+from monitor.verdict_exports.config import EmitConfig
 
 EVENT = "gen_ai.evaluation.result"
 FALSE_EXCLUSION = "retrieval_false_exclusion"

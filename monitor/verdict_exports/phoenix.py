@@ -1,4 +1,5 @@
-"""Faithfulness scores written back to Phoenix as span annotations, off the hot path.
+"""Faithfulness scores written back to Phoenix as span annotations, off the hot path
+(configured as ``detectors.faithfulness.phoenix``).
 
 Scores are queued (bounded; a full queue drops and counts) and a thread sends
 them in batches through the ``arize-phoenix`` client. Annotations are posted
@@ -16,7 +17,7 @@ from typing import Any, Literal, get_args
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
-from detectors.faithfulness.names import ANNOTATIONS_TOTAL
+from monitor.names import ANNOTATIONS_TOTAL
 from monitor.worker import Worker
 
 log = structlog.get_logger("rag_monitor.faithfulness.phoenix")
