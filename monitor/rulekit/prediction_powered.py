@@ -67,9 +67,9 @@ class ReviewedPairs:
     def n(self) -> int:
         return (
             self.both_pass
-            + self.judge_yes_human_fail
+            + self.judge_pass_human_fail
             + self.judge_fail_human_pass
-            + (self.both_fail)
+            + self.both_fail
         )
 
     @property
@@ -78,7 +78,7 @@ class ReviewedPairs:
 
     @property
     def judge_share(self) -> float:
-        return (self.both_pass + self.judge_yes_human_fail) / self.n
+        return (self.both_pass + self.judge_pass_human_fail) / self.n
 
     @property
     def both_share(self) -> float:
