@@ -19,7 +19,6 @@ instead of firing on 0/0 or on one unlucky answer.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from monitor.rulekit.evidence import derivation_header
 from monitor.rulekit.fragments import RuleFragment
 
 RULE_FILE = "rules.yaml"  # the name the promtool test files load (``rule_files:``)
+RECORDING_GROUP, ALERTS_GROUP = "rag-monitor.recording", "rag-monitor.alerts"
 
 
 def rule_fragments(
@@ -63,11 +63,11 @@ def build_rules(
     return {
         "groups": [
             {
-                "name": "rag-monitor.recording",
+                "name": RECORDING_GROUP,
                 "rules": [rule for fragment in fragments for rule in fragment.recording],
             },
             {
-                "name": "rag-monitor.alerts",
+                "name": ALERTS_GROUP,
                 "rules": [rule for fragment in fragments for rule in fragment.alerting],
             },
         ]
@@ -120,14 +120,19 @@ def write_promtool_suite(
     """Write the rule file and a copy of every fragment's promtool test file into
     ``directory`` (the tests load ``rules.yaml`` beside them); return the test files.
 
-    Run them with ``promtool test rules <the returned files>``."""
+    Run them with ``promtool test rules <the returned files>``. Each copy evaluates the
+    recording group before the alerting group at every step: promtool orders groups it
+    is not told to order by Go's map iteration, so an alert's description read this step's
+    recordings in some runs and the previous step's in others (a flaky count in
+    RagTraceFieldMissing's case)."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / RULE_FILE).write_text(render_rules(config, components=components))
+    order = f"group_eval_order: [{RECORDING_GROUP}, {ALERTS_GROUP}]\n"
     copies = []
     for owner, fragment in rule_fragments(config, components):
         for source in fragment.promtool_tests:
             copy = directory / f"{owner}_{source.name}"
-            shutil.copyfile(source, copy)
+            copy.write_text(order + source.read_text())
             copies.append(copy)
     return copies
 

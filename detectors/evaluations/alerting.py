@@ -185,7 +185,8 @@ def _alert(
 
 def rows(config: EvaluationsConfig, guardrails: GuardrailsConfig) -> list[Row]:
     """Per evaluation the pass share beside its bound, the judged counts (and the
-    expected count from each sample rate), outcomes, and the score heatmap."""
+    expected count from each sample rate), outcomes, and the score heatmap; for those
+    compared with review, the share corrected by reviews, the reviews and the bias."""
     severity = sorted({severity for _, severity in guardrails_of(config)})[0]
     shares = [
         query
@@ -240,4 +241,10 @@ def rows(config: EvaluationsConfig, guardrails: GuardrailsConfig) -> list[Row]:
             kind="heatmap",
         ),
     ]
+    panels += CORRECTED.panels(
+        guardrails.sample_windows,
+        guardrails.review_correction,
+        judge_bound=functools.partial(pass_upper_bound, severity),
+        legend="{{evaluation}} ",
+    )
     return [Row("Evaluations (your evaluators' verdicts)", panels)]

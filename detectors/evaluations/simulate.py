@@ -2,7 +2,8 @@
 configured evaluation judges its ``sample_rate`` of the requests with a score normal around
 0.9 (sd 0.1; 0.6 during an ``evaluation`` incident), 1% of them errors. A result passes a
 ``score_min`` rule at or above it, a ``score_max`` rule when ``1 - score`` is at or below
-it, a ``labels`` rule as a score at or above 0.7 would."""
+it, a ``labels`` rule as a score at or above 0.7 would. An evaluation set
+``compare_with_review`` is reviewed as the faithfulness judge is (``honest_reviews``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from numpy.typing import NDArray
 
 from detectors.evaluations.config import EvaluationRule, EvaluationsConfig
 from detectors.evaluations.names import RESULTS_TOTAL
-from monitor.rulekit.simulation import SimulatedWorld
+from monitor.names import EVALUATION_AGREEMENT_TOTAL
+from monitor.rulekit.simulation import SimulatedWorld, honest_reviews
 
 HEALTHY_SCORE = 0.9
 INCIDENT_SCORE = 0.6
@@ -58,8 +60,14 @@ def series(config: EvaluationsConfig, guardrails: Any, world: SimulatedWorld) ->
         evaluation = SimulatedEvaluation.of(rule)
         judged = world.rng.binomial(world.requests, evaluation.sample_rate)
         errors = world.rng.binomial(judged, ERROR_SHARE)
-        passed = world.rng.binomial(judged - errors, evaluation.pass_share(mean))
+        share = evaluation.pass_share(mean)
+        passed = world.rng.binomial(judged - errors, share)
         outcomes = (("pass", passed), ("fail", judged - errors - passed), ("error", errors))
         labels = {**world.labels, "evaluation": name}
         for outcome, counts in outcomes:
             world.samples.add(RESULTS_TOTAL, {**labels, "outcome": outcome}, counts)
+        if rule.compare_with_review:
+            reviewed = {**world.target, "stratum": "random", "evaluation": name}
+            for (judge, human), reviews in honest_reviews(world, share).items():
+                verdicts = {"outcome": "pass" if judge else "fail", "human": human}
+                world.samples.add(EVALUATION_AGREEMENT_TOTAL, {**reviewed, **verdicts}, reviews)

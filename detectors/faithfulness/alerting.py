@@ -115,7 +115,8 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
 
 def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
     """Per window the pass share beside its upper bound and the guardrail, the scored
-    counts they rest on, the score heatmap, evaluations by outcome."""
+    counts they rest on, the score heatmap, evaluations by outcome; the judge-only share
+    beside the one corrected by reviews, the random reviews and the judge's bias."""
     minimum = f"vector({guardrails.faithfulness_min})"
     shares = [
         query
@@ -156,4 +157,10 @@ def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
             unit="ops",
         ),
     ]
+    panels += CORRECTED.panels(
+        guardrails.sample_windows,
+        guardrails.review_correction,
+        judge_bound=pass_upper_bound,
+        guardrail=guardrails.faithfulness_min,
+    )
     return [Row("Faithfulness (HHEM, sampled)", panels)]

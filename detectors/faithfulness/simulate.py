@@ -1,7 +1,9 @@
 """The faithfulness detector's series in ``rag-monitor rules backtest --simulate``: the
 sampler scores ``sample_rate`` of the requests, raised to ``min_scored_per_hour`` (when the
 section has that floor) from the previous hour's traffic, and at most ``max_per_second``;
-0.92 of the scored answers are faithful, 0.75 during a ``faithfulness`` incident."""
+0.92 of the scored answers are faithful, 0.75 during a ``faithfulness`` incident. People
+review a random sample of the scored answers (``monitor.rulekit.simulation.honest_reviews``:
+the judge agrees with them on nine in ten, its pass share the true one on average)."""
 
 from __future__ import annotations
 
@@ -12,18 +14,24 @@ from numpy.typing import NDArray
 
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.names import BELOW_THRESHOLD_TOTAL, EVALUATIONS_TOTAL
-from monitor.rulekit.simulation import STEP_S, SimulatedWorld
+from monitor.names import JUDGE_AGREEMENT_TOTAL
+from monitor.rulekit.simulation import STEP_S, SimulatedWorld, honest_reviews
 
 HEALTHY_FAITHFUL_SHARE = 0.92
 INCIDENT_FAITHFUL_SHARE = 0.75
 
 
 def series(config: FaithfulnessConfig, guardrails: Any, world: SimulatedWorld) -> None:
-    """The scored answers and those below the threshold, each minute."""
+    """The scored answers and those below the threshold, and the judge against the
+    reviewers, each minute."""
     scored = scored_answers(config, world)
     world.samples.add(EVALUATIONS_TOTAL, {**world.labels, "outcome": "scored"}, scored)
     faithful = world.rate("faithfulness", HEALTHY_FAITHFUL_SHARE, INCIDENT_FAITHFUL_SHARE)
     world.samples.add(BELOW_THRESHOLD_TOTAL, world.labels, world.rng.binomial(scored, 1 - faithful))
+    for (judge, human), reviews in honest_reviews(world, faithful).items():
+        verdicts = {"hhem": "supported" if judge else "unsupported", "human": human}
+        labels = {**world.target, "stratum": "random", **verdicts}
+        world.samples.add(JUDGE_AGREEMENT_TOTAL, labels, reviews)
 
 
 def scored_answers(config: FaithfulnessConfig, world: SimulatedWorld) -> NDArray[np.int64]:

@@ -43,7 +43,15 @@ from typing import Any
 
 from monitor.guardrails import GuardrailsConfig, ReviewCorrection
 from monitor.rulekit.evidence import hold_for, wilson
-from monitor.rulekit.promql import alert, percent, ratio, recorded_value, sum_increase
+from monitor.rulekit.fragments import Panel
+from monitor.rulekit.promql import (
+    alert,
+    panel_recorded,
+    percent,
+    ratio,
+    recorded_value,
+    sum_increase,
+)
 
 BIAS_ALERT = "RagJudgeBiased"
 RANDOM_STRATUM = "random"
@@ -51,6 +59,7 @@ RANDOM_STRATUM = "random"
 PSEUDO_COUNT = 0.5
 HUMAN_YES = 'human="yes"'
 HUMAN_JUDGED = 'human=~"yes|partly|no"'  # no_claim has nothing to support: left out
+BAND_Z = 1.645  # the dashboard's band around the corrected share: a two-sided 90% interval
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +78,7 @@ class ReviewedPairs:
             self.both_pass
             + self.judge_pass_human_fail
             + self.judge_fail_human_pass
-            + (self.both_fail)
+            + self.both_fail
         )
 
     @property
@@ -346,3 +355,67 @@ class CorrectedShare:
             labels={"window": window, "guardrail": self.prefix},
             suspected_cause=False,
         )
+
+    def panels(
+        self,
+        windows: list[str],
+        correction: ReviewCorrection,
+        *,
+        judge_bound: Callable[[str], str],
+        legend: str = "",
+        guardrail: float | None = None,
+    ) -> list[Panel]:
+        """The dashboard's view of the correction: per window the judge-only share beside
+        ``judge_bound`` (what the page tests while reviews are few) and the corrected share
+        with its 90% band; the random reviews the correction rests on; the judge's bias
+        with its bounds against the tolerance. ``legend`` heads each legend (a label
+        template); ``guardrail`` draws the share's guardrail when there is one."""
+        shares: list[tuple[str, str]] = []
+        for window in windows:
+            share = panel_recorded(self.share(window))
+            stderr = panel_recorded(self.share(window, "stderr"))
+            shares += [
+                (panel_recorded(self.judged_share(window)), f"{legend}judge-only {window}"),
+                (panel_recorded(judge_bound(window)), f"{legend}judge-only bound {window}"),
+                (share, f"{legend}corrected {window}"),
+                (f"{share} - {BAND_Z:g} * {stderr}", f"{legend}corrected 90% low {window}"),
+                (f"{share} + {BAND_Z:g} * {stderr}", f"{legend}corrected 90% high {window}"),
+            ]
+        if guardrail is not None:
+            shares.append((f"vector({guardrail:g})", "guardrail"))
+        review_window, tolerance = correction.window, correction.bias_tolerance
+        bias = [
+            (panel_recorded(self.bias(review_window)), f"{legend}bias"),
+            (panel_recorded(self.bias(review_window, "lower_bound")), f"{legend}lower bound"),
+            (panel_recorded(self.bias(review_window, "upper_bound")), f"{legend}upper bound"),
+            (f"vector({tolerance:g})", "tolerance"),
+            (f"vector(-{tolerance:g})", "tolerance"),
+        ]
+        return [
+            Panel(
+                "Judge-only vs corrected pass share",
+                shares,
+                unit="percentunit",
+                description="The judge's own pass share with the bound the page tests while "
+                f"the last {review_window} hold fewer than {correction.min_random_reviews} "
+                "random reviews, and the share corrected by those reviews "
+                "(prediction-powered) with its 90% band: the page tests the corrected "
+                "share's bound once the reviews are enough.",
+            ),
+            Panel(
+                "Random reviews in the window",
+                [(panel_recorded(self.reviewed(review_window)), f"{legend}random reviews")],
+                description=f"Random-stratum reviews of the last {review_window} with a "
+                "verdict the judge scored (no_claim left out): what the correction and the "
+                f"bias rest on; the page uses the correction from "
+                f"{correction.min_random_reviews}.",
+            ),
+            Panel(
+                "Judge's bias against the reviewers",
+                bias,
+                unit="percentunit",
+                description="The judge's pass share minus the reviewers' on the same random "
+                f"items of the last {review_window}, with its bounds: RagJudgeBiased "
+                f"tickets when both bounds lie beyond the tolerance (+-{percent(tolerance)}).",
+            ),
+        ]

@@ -11,6 +11,13 @@ seeded from the world's seed and its name (so a world is the same on every run, 
 component's draws do not change with the others installed), and adds its counters, named
 and labelled as its detector exports them (``job``, ``instance``,
 ``variant="production"``), so the generated rules read them as they read production.
+
+A judge's simulation also sends what people say of its verdicts (``honest_reviews``):
+random-stratum reviews arrive at ``REVIEWS_PER_DAY`` whatever the traffic (people, not
+requests, set the pace), and the judge is honest: it passes ``JUDGE_FALSE_PASS`` of the
+answers people fail and fails as many that people pass, so its pass share is the true one
+on average and its bias against the reviewers zero (at a true share of 0.92 it disagrees
+with them on 9.6% of the items).
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ TROUGH_HOUR = 2.0  # UTC; the peak is twelve hours later
 SIMULATED_INSTANCE = "simulated:9464"
 # 2026-01-05 is a Monday: week-of-year seasonality lines up with the calendar.
 DEFAULT_START_S = 1_767_571_200
+REVIEWS_PER_DAY = 30.0  # random-stratum reviews of judged answers people complete a day
+JUDGE_FALSE_PASS = 0.6  # the share of the answers people fail that an honest judge passes
 
 
 @dataclass(frozen=True)
@@ -155,3 +164,18 @@ class SimulatedWorld:
     def rate(self, kind: str, healthy: float, degraded: float) -> NDArray[np.float64]:
         """A true rate per minute: ``healthy``, but ``degraded`` during ``kind``'s incidents."""
         return np.where(self.during(kind), degraded, healthy).astype(float)
+
+
+def honest_reviews(
+    world: SimulatedWorld, truth: NDArray[np.float64]
+) -> dict[tuple[bool, str], NDArray[np.int64]]:
+    """Random-stratum reviews each minute of answers an honest judge scored, by (the judge
+    passed, the reviewer's answer-supported value: yes or no), where ``truth`` is the
+    minute's true pass share: the judge passes ``JUDGE_FALSE_PASS`` of the failing answers
+    and fails as many passing ones (all of them, where they are fewer)."""
+    reviews = world.rng.poisson(REVIEWS_PER_DAY * STEP_S / 86_400, world.steps)
+    each_way = np.minimum(JUDGE_FALSE_PASS * (1 - truth), truth)
+    shares = np.stack([truth - each_way, each_way, each_way, 1 - truth - each_way], axis=1)
+    cells = world.rng.multinomial(reviews, shares)
+    pairs = ((True, "yes"), (True, "no"), (False, "yes"), (False, "no"))
+    return {pair: cells[:, index] for index, pair in enumerate(pairs)}

@@ -13,6 +13,8 @@ import pytest
 
 from alerts.dashboard import build_dashboard, panel_queries
 from alerts.rules import render_rules
+from detectors.review.detector import ReviewDetector
+from detectors.review.model import Verdict
 from monitor.sidecar import Sidecar
 from tests.conftest import PROBES, golden_set_lines, sample, unique, wait_until
 from tests.hhem_checkpoint import build_checkpoint
@@ -133,6 +135,25 @@ def has_data(prometheus: str, promql: str) -> bool:
     return any(not math.isnan(v) for v in query_series(prometheus, promql).values())
 
 
+def reviewed_at_random(sidecar: Sidecar) -> bool:
+    """A reviewer says yes to each unreviewed random-stratum item the faithfulness judge
+    scored, as the review page records a verdict; True once one of those carried the
+    evaluation's outcome too: both judges' corrected shares then rest on reviews."""
+    [detector] = [d for d in sidecar.pipeline._detectors if isinstance(d, ReviewDetector)]
+    store = detector.store
+    assert store is not None
+    waiting: list[str] = []  # not drawn at random, or not scored yet
+    while (item := store.next_unreviewed(waiting)) is not None:
+        if "random" not in item.strata or item.hhem_score is None:
+            waiting.append(item.trace_id)
+            continue
+        verdict = Verdict(item.trace_id, "yes")
+        recorded = store.record(verdict)
+        assert recorded is not None
+        detector.on_verdict(recorded, verdict)
+    return any(item.evaluations for item, _ in store.reviewed())
+
+
 def dwell_reported(sidecar: Sidecar) -> bool:
     """Report one dwell time (the dwell panel's rate needs observations between scrapes)."""
     dwell = b'{"trace_id": "t1", "kind": "dwell", "dwell_seconds": 12.5}'
@@ -166,13 +187,16 @@ def test_every_panel_query_returns_data_after_traffic(
             "filter_exclusion": {"golden_set": str(golden)},
             "drift": DRIFT,
             "shadow": {"enabled": True, "pair_ttl_s": 5, "settle_s": 2, **shadow_topics},
-            "evaluations": {"evaluations": {EVALUATION: {"score_min": 0.7}}},
+            "evaluations": {
+                "evaluations": {EVALUATION: {"score_min": 0.7, "compare_with_review": True}}
+            },
             "slices": {"intents": INTENTS, "document_types": [DOCUMENT_TYPE]},
-            # every OTLP request is queued for review, and the hourly bound skips some
+            # every OTLP request is queued for review until the hourly bound (more than a
+            # round of traffic) skips the rest
             "review": {
                 "enabled": True,
                 "random_rate": 1.0,
-                "max_per_hour": {"random": 1},
+                "max_per_hour": {"random": 40},
                 "http": {"port": 0},
             },
         },
@@ -208,7 +232,11 @@ def test_every_panel_query_returns_data_after_traffic(
 
     with SteadyTraffic(sidecar, rounds=otlp_requests, version="1.4.0"):
         try:
-            wait_until(lambda: dwell_reported(sidecar) and not empty(), timeout=60, every=0.5)
+            wait_until(
+                lambda: dwell_reported(sidecar) and reviewed_at_random(sidecar) and not empty(),
+                timeout=60,
+                every=0.5,
+            )
         except AssertionError:
             pytest.fail(f"panel queries without data: {empty()}")
     records = sample(

@@ -17,8 +17,16 @@ from detectors.latency.simulate import HEALTHY_P95_S
 from monitor.buckets import LATENCY_BUCKETS
 from monitor.cli import main
 from monitor.config import Config
-from monitor.names import FIELDS_TOTAL
-from monitor.rulekit.simulation import TROUGH_SHARE, Samples, World, diurnal_expected
+from monitor.names import EVALUATION_AGREEMENT_TOTAL, FIELDS_TOTAL, JUDGE_AGREEMENT_TOTAL
+from monitor.rulekit.prediction_powered import ReviewedPairs, judge_bias
+from monitor.rulekit.simulation import (
+    JUDGE_FALSE_PASS,
+    REVIEWS_PER_DAY,
+    TROUGH_SHARE,
+    Samples,
+    World,
+    diurnal_expected,
+)
 
 DAY_S = 86_400
 
@@ -222,6 +230,51 @@ def test_evaluation_incident_drops_the_pass_share_of_a_sampled_evaluation() -> N
 
     assert pass_share(before) == pytest.approx(0.977, abs=0.01)
     assert pass_share(during) == pytest.approx(0.159, abs=0.03)
+
+
+def reviewed_pairs(samples: Samples, name: str, judge: str, **labels: str) -> ReviewedPairs:
+    """The random reviews of the whole world, by the judge's verdict (label ``judge``:
+    its pass value first) and the reviewer's."""
+    verdicts = {"hhem": ("supported", "unsupported"), "outcome": ("pass", "fail")}[judge]
+    cells = [
+        int(
+            counter(samples, name, stratum="random", **{judge: verdict, "human": human}, **labels)[
+                -1
+            ]
+        )
+        for verdict in verdicts
+        for human in ("yes", "no")
+    ]
+    return ReviewedPairs(*cells)
+
+
+def test_judges_are_reviewed_at_random_by_people_who_agree_with_an_honest_judge() -> None:
+    """Thirty random reviews a day of the faithfulness judge, and of an evaluation set
+    compare_with_review (none of one that is not): the judge passes what people pass
+    (a bias of 0 within noise), and passes 6 in 10 of the answers they fail: at a true
+    share of 0.92 it disagrees with them on about a tenth of the items."""
+    evaluation = {
+        "groundedness": {"score_min": 0.7, "compare_with_review": True},
+        "answer_relevancy": {"score_min": 0.7},
+    }
+    samples = run(world(duration_s=28 * DAY_S), {"evaluations": {"evaluations": evaluation}})
+    faithfulness = reviewed_pairs(samples, JUDGE_AGREEMENT_TOTAL, "hhem")
+    assert faithfulness.n / 28 == pytest.approx(REVIEWS_PER_DAY, rel=0.1)
+    assert faithfulness.human_share == pytest.approx(0.92, abs=0.03)
+    bias = judge_bias(faithfulness)
+    assert abs(bias.share) < 3 * bias.stderr
+    failed = faithfulness.judge_pass_human_fail + faithfulness.both_fail
+    assert faithfulness.judge_pass_human_fail / failed == pytest.approx(JUDGE_FALSE_PASS, abs=0.1)
+    disagree = faithfulness.judge_pass_human_fail + faithfulness.judge_fail_human_pass
+    assert disagree / faithfulness.n == pytest.approx(2 * 0.08 * JUDGE_FALSE_PASS, abs=0.03)
+    compared = reviewed_pairs(
+        samples, EVALUATION_AGREEMENT_TOTAL, "outcome", evaluation="groundedness"
+    )
+    assert compared.n / 28 == pytest.approx(REVIEWS_PER_DAY, rel=0.1)
+    assert compared.human_share == pytest.approx(0.977, abs=0.02)
+    assert abs(judge_bias(compared).share) < 3 * judge_bias(compared).stderr
+    with pytest.raises(AssertionError, match="no series"):
+        counter(samples, EVALUATION_AGREEMENT_TOTAL, evaluation="answer_relevancy")
 
 
 def test_coverage_incident_leaves_requests_without_contexts() -> None:

@@ -133,14 +133,19 @@ def test_reserved_or_bad_names_are_refused() -> None:
 
 def test_each_distinct_guardrail_gets_its_own_rule() -> None:
     """The section's defaults take every name but those with their own share or
-    severity; a ticket evaluation gets a ticket bound and alert."""
+    severity; a ticket evaluation gets a ticket bound and alert; the judge-bias ticket
+    comes last."""
     assert guardrails_of(CONFIG) == {
         (0.9, "page"): 'evaluation!~"other|none|toxicity"',
         (0.99, "ticket"): 'evaluation=~"toxicity"',
     }
     fragment = rules(CONFIG, GuardrailsConfig())
-    severities = [a["labels"]["severity"] for a in fragment.alerting]
-    assert severities == ["page", "page", "ticket", "ticket"]
+    alerts = [(a["alert"], a["labels"]["severity"]) for a in fragment.alerting]
+    assert alerts == [
+        *[("RagEvaluationFailing", "page")] * 2,
+        *[("RagEvaluationFailing", "ticket")] * 2,
+        ("RagJudgeBiased", "ticket"),
+    ]
     records = {r["record"] for r in fragment.recording}
     assert "rag:evaluation_pass:upper_bound_ticket30m" in records
     evidence = rows(CONFIG, GuardrailsConfig())[0].panels[1]
