@@ -87,8 +87,8 @@ def pass_share(severity: str) -> BoundedShare:
 
 
 def corrected_bound(severity: str, window: str) -> str:
-    """The recorded upper bound of the corrected pass share at ``severity``'s z."""
-    return CORRECTED.share(window, f"upper_bound_{severity}")
+    """The recorded upper bound of the debiased pass share at ``severity``'s z."""
+    return CORRECTED.debiased(window, f"upper_bound_{severity}")
 
 
 def guardrails_of(config: EvaluationsConfig) -> dict[tuple[float, str], str]:

@@ -69,7 +69,7 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
     alerting = []
     for window, z in windows:
         recording += PASS_SHARE.recording(window, z)
-        bound = CORRECTED.share(window, "upper_bound")
+        bound = CORRECTED.debiased(window, "upper_bound")
         recording += CORRECTED.recording(window, correction.window, [(bound, z)])
         note = CORRECTED.bound_note(
             window, correction, bound=bound, judge_bound=pass_upper_bound(window), labels=("job",)

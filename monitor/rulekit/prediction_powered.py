@@ -143,13 +143,19 @@ def power_tuning(judged: float, judge_share: float, pairs: ReviewedPairs) -> flo
 
 
 def corrected(
-    judged: float, passed: float, pairs: ReviewedPairs, pseudo_count: float = PSEUDO_COUNT
+    judged: float,
+    passed: float,
+    pairs: ReviewedPairs,
+    pseudo_count: float = PSEUDO_COUNT,
+    lam: float | None = None,
 ) -> Estimate:
     """The prediction-powered pass share from ``passed`` of ``judged`` answers the judge
     passed and the reviewed ``pairs``, with its standard error (``pseudo_count`` 0: PPI++'s
-    plain one)."""
+    plain one). ``lam`` None: power-tuned; 1: the judge's share less its bias on the
+    reviewed items (``debiased``, what the pages test)."""
     judge_share = passed / judged
-    lam = power_tuning(judged, judge_share, pairs)
+    if lam is None:
+        lam = power_tuning(judged, judge_share, pairs)
     share = pairs.human_share + lam * (judge_share - pairs.judge_share)
     imputed = lam * lam * judge_share * (1 - judge_share) / judged
     # The rectifier (human - lam * judge) of one reviewed item: its mean and mean square,
@@ -162,6 +168,12 @@ def corrected(
     square = human - 2 * lam * both + lam * lam * judge
     rectifier = max(0.0, square - mean * mean) / pairs.n
     return Estimate(share, math.sqrt(imputed + rectifier), lam)
+
+
+def debiased(judged: float, passed: float, pairs: ReviewedPairs) -> Estimate:
+    """The judge's pass share of the window less its bias on the reviewed items: the
+    prediction-powered share at weight 1, which moves with the window's judged answers."""
+    return corrected(judged, passed, pairs, lam=1.0)
 
 
 def judge_bias(pairs: ReviewedPairs) -> Estimate:
@@ -212,6 +224,9 @@ class CorrectedShare:
     def share(self, window: str, part: str = "ratio") -> str:
         return f"rag:{self.prefix}_pass:corrected_{part}{window}"
 
+    def debiased(self, window: str, part: str = "ratio") -> str:
+        return f"rag:{self.prefix}_pass:debiased_{part}{window}"
+
     # --- rules
     def _count(self, matchers: str, window: str) -> str:
         selector = f'{self.agreement}{{stratum="{RANDOM_STRATUM}", {matchers}{self.matcher}}}'
@@ -246,8 +261,12 @@ class CorrectedShare:
         self, window: str, review_window: str, bounds: list[tuple[str, float]]
     ) -> list[dict[str, Any]]:
         """Over the judged ``window`` and the ``review_window``: the power-tuning weight,
-        the corrected share, its standard error, and an upper bound per (name, z) of
-        ``bounds``."""
+        the corrected share and its standard error; the debiased share (weight 1) and its
+        standard error, and its upper bound per (name, z) of ``bounds``, which the pages
+        test. Power tuning leans on the reviews as they outnumber the window's judged
+        answers, and the reviews span the whole review window: an incident of the last
+        hour barely moves it. At weight 1 the window's judged share is the base and the
+        reviews only remove the judge's bias, so the bound moves with the window."""
         n = self.reviewed(review_window)
         human, judge, both = (
             self.reviewed_share(who, review_window) for who in ("human", "judge", "both")
@@ -262,10 +281,20 @@ class CorrectedShare:
         human_adjusted = f"({human} * {n} + {2 * PSEUDO_COUNT:g}) / {total}"
         judge_adjusted = f"({judge} * {n} + {2 * PSEUDO_COUNT:g}) / {total}"
         both_adjusted = f"({both} * {n} + {PSEUDO_COUNT:g}) / {total}"
-        rectifier_mean = f"({human_adjusted} - {lam} * {judge_adjusted})"
-        rectifier_square = (
-            f"({human_adjusted} - 2 * {lam} * {both_adjusted} + {lam} ^ 2 * {judge_adjusted})"
-        )
+
+        def stderr_of(weight: str) -> str:
+            """The standard error at ``weight``: the judged answers' term and the
+            rectifier's (human - weight * judge) over the adjusted table."""
+            mean = f"({human_adjusted} - {weight} * {judge_adjusted})"
+            square = (
+                f"({human_adjusted} - 2 * {weight} * {both_adjusted}"
+                f" + {weight} ^ 2 * {judge_adjusted})"
+            )
+            return (
+                f"sqrt(\n  {weight} ^ 2 * {judged} * (1 - {judged}) / {big_n}\n"
+                f"  + clamp_min({square} - {mean} ^ 2, 0) / {n}\n)"
+            )
+
         # A judge whose verdicts do not vary carries no information: weight 0, the
         # review-only estimate (as power tuning gives in the limit).
         weight = (
@@ -273,15 +302,17 @@ class CorrectedShare:
             f"  / ((1 + {n} / {big_n}) * (({variance}) > 0)),\n  0, 1\n)\n"
             f"or on ({self.by})\n0 * {n} * {big_n}"
         )
+        debiased, debiased_stderr = self.debiased(window), self.debiased(window, "stderr")
         return [
             {"record": lam, "expr": weight},
             {"record": share, "expr": f"{human} + {lam} * ({judged} - {judge})"},
-            {
-                "record": stderr,
-                "expr": f"sqrt(\n  {lam} ^ 2 * {judged} * (1 - {judged}) / {big_n}\n"
-                f"  + clamp_min({rectifier_square} - {rectifier_mean} ^ 2, 0) / {n}\n)",
-            },
-            *({"record": name, "expr": f"{share} + {z:g} * {stderr}"} for name, z in bounds),
+            {"record": stderr, "expr": stderr_of(lam)},
+            {"record": debiased, "expr": f"{judged} - ({judge} - {human})"},
+            {"record": debiased_stderr, "expr": stderr_of("1")},
+            *(
+                {"record": name, "expr": f"{debiased} + {z:g} * {debiased_stderr}"}
+                for name, z in bounds
+            ),
         ]
 
     def page_expr(
@@ -313,10 +344,11 @@ class CorrectedShare:
         and, when corrected, the corrected share and the reviews it rests on."""
         review_window, min_reviews = correction.window, correction.min_random_reviews
         reviewed = recorded_value(self.reviewed(review_window), labels, 'printf "%.0f"')
-        share = recorded_value(self.share(window), labels, "humanizePercentage")
+        share = recorded_value(self.debiased(window), labels, "humanizePercentage")
+        bias = recorded_value(self.bias(review_window), labels, "humanizePercentage")
         return (
-            f'{{{{ if eq $labels.estimate "corrected" }}}}{bound}: the share corrected by '
-            f"{reviewed} random reviews of the last {review_window} is {share}"
+            f'{{{{ if eq $labels.estimate "corrected" }}}}{bound}: the judge\'s share less its '
+            f"bias of {bias} on {reviewed} random reviews of the last {review_window} is {share}"
             f"{{{{ else }}}}{judge_bound}, the judge's own: fewer than {min_reviews} random "
             f"reviews of the last {review_window}{{{{ end }}}}"
         )

@@ -12,6 +12,7 @@ import pytest
 from monitor.rulekit.prediction_powered import (
     ReviewedPairs,
     corrected,
+    debiased,
     effective_reviews,
     judge_bias,
     judge_only,
@@ -115,3 +116,23 @@ def test_bias_and_effective_reviews() -> None:
     assert bias.stderr == pytest.approx(differences.std() / math.sqrt(200))
     estimate = corrected(20_000, 17_000, pairs)
     assert effective_reviews(pairs, estimate) > pairs.n
+
+
+def test_the_pages_share_moves_with_the_window_as_the_judge_does() -> None:
+    """The debiased share the pages test (weight 1) moves by as much as the judge's share
+    of the window moves; the power-tuned share, leaning on weeks of reviews when the
+    judge tracks people weakly, moves by its weight alone: an incident of the last hour
+    must reach the page."""
+    pairs = ReviewedPairs(
+        both_pass=199, judge_pass_human_fail=11, judge_fail_human_pass=11, both_fail=7
+    )
+    before, after = (2_300, 0.92 * 2_300), (2_300, 0.80 * 2_300)
+    moved = debiased(*before, pairs).share - debiased(*after, pairs).share
+    assert moved == pytest.approx(0.12)
+    tuned = corrected(*before, pairs)
+    assert tuned.lam is not None
+    assert tuned.lam < 0.5
+    assert corrected(*before, pairs).share - corrected(*after, pairs).share < 0.5 * moved
+    assert debiased(*after, pairs).share == pytest.approx(
+        0.80 - (pairs.judge_share - pairs.human_share)
+    )
