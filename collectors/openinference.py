@@ -164,7 +164,7 @@ class TraceMapper:
             service_version=_label_value(request.resource.get("service.version")),
             deployment_environment=_label_value(request.resource.get("deployment.environment")),
             instrumentation=_label_value(_instrumentation(request, spans)),
-            evaluations=evaluation_results(spans),
+            evaluations=evaluation_results(spans, kinds),
         )
 
     def _is_rag_request(

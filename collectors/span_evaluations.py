@@ -120,30 +120,36 @@ def _evaluator_output_results(span: Span) -> list[EvaluationResult]:
     return results
 
 
-def _span_results(span: Span) -> list[EvaluationResult]:
-    # Nearly every span carries no verdict: without events or a feedback name it costs
-    # one set test (and its kind), not a search per family and field.
-    found = (
-        [
-            genai_result(event.attributes, span.trace_id, span.span_id)
-            for event in span.events
-            if event.name == EVALUATION_EVENT
-        ]
-        if span.events
-        else []
-    )
+def _span_results(span: Span, kind: str) -> list[EvaluationResult]:
+    found = [
+        genai_result(event.attributes, span.trace_id, span.span_id)
+        for event in span.events
+        if event.name == EVALUATION_EVENT
+    ]
     if not span.attributes.keys().isdisjoint(_FIRST_FEEDBACK_KEYS):
         found.extend(_openinference_results(span))
-    if not found and span_kind(span) == "EVALUATOR":
+    if not found and kind == "EVALUATOR":
         return _evaluator_output_results(span)
     return found
 
 
-def evaluation_results(spans: Sequence[Span]) -> tuple[EvaluationResult, ...]:
-    """Every verdict the spans carry, in span order, at most ``MAX_RESULTS``."""
+def evaluation_results(
+    spans: Sequence[Span], kinds: Mapping[str, str] | None = None
+) -> tuple[EvaluationResult, ...]:
+    """Every verdict the spans carry, in span order, at most ``MAX_RESULTS``. ``kinds``:
+    each span's kind by span id when the caller has them (the mapper), else each is read."""
     results: list[EvaluationResult] = []
     for span in spans:
-        for result in _span_results(span):
+        kind = span_kind(span) if kinds is None else kinds[span.span_id]
+        # Nearly every span carries no verdict: without events, a feedback name or the
+        # EVALUATOR kind it costs one set test, not a call and a list.
+        if (
+            not span.events
+            and kind != "EVALUATOR"
+            and span.attributes.keys().isdisjoint(_FIRST_FEEDBACK_KEYS)
+        ):
+            continue
+        for result in _span_results(span, kind):
             results.append(result)
             if len(results) == MAX_RESULTS:
                 return tuple(results)

@@ -158,6 +158,7 @@ class FilterExclusionDetector(InlineDetector):
         emit: Callable[[Event], bool] | None = None,
     ) -> None:
         self._recall_k = tuple(config.recall_k)
+        self._depth = max(self._recall_k)  # how many distinct retrieved ids a trace keeps
         self._emit = emit  # each decision, as an ExclusionOutcome for other detectors
         self._clock = clock
         self._golden = load_golden_set(config.golden_set) if config.golden_set else {}
@@ -184,12 +185,15 @@ class FilterExclusionDetector(InlineDetector):
 
     def observe(self, trace: RagTrace) -> None:
         with self._lock:
-            self._check_entitlement(trace)
+            # Found once: both the entitlement check and the evidence use them.
+            foreign = list(foreign_documents(trace))
+            if foreign:
+                self._entitlement_violation(trace, foreign)
             now = self._clock()
             self._expire(now)
             if trace.trace_id in self._scored:
                 return
-            evidence = Evidence.of(trace, max(self._recall_k))
+            evidence = Evidence.of(trace, self._depth, foreign)
             gold = self._trace_labels.pop(trace.trace_id)
             if gold is None and trace.probe_id is not None:
                 gold = self._probe_gold(trace.probe_id)
@@ -220,10 +224,7 @@ class FilterExclusionDetector(InlineDetector):
 
     # --- entitlement ------------------------------------------------------------------
 
-    def _check_entitlement(self, trace: RagTrace) -> None:
-        foreign = list(foreign_documents(trace))
-        if not foreign:
-            return
+    def _entitlement_violation(self, trace: RagTrace, foreign: list[str]) -> None:
         self._metrics.violations.inc(len(foreign))
         self._totals["entitlement_violations"] += len(foreign)
         # One line per trace, not per document: a leaking index can put a thousand

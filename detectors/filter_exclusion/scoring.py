@@ -60,15 +60,19 @@ class Evidence:
     retrieval_seen: bool = True
 
     @classmethod
-    def of(cls, trace: RagTrace, depth: int) -> Evidence:
+    def of(cls, trace: RagTrace, depth: int, foreign: Iterable[str] | None = None) -> Evidence:
+        """``foreign``: the trace's ``foreign_documents`` when the caller has them already."""
+        # Positional, in the fields' order: keywords cost a part of making one per trace.
         return cls(
-            trace_id=trace.trace_id,
-            probe_id=trace.probe_id,
-            retrieved=tuple(_distinct(trace.retrieved, depth)),
-            relevance_excluded=frozenset(trace.relevance_excluded),
-            ineligible=frozenset(trace.entitlement_excluded).union(foreign_documents(trace)),
-            variant=variant_of(trace),
-            retrieval_seen=bool(trace.retrieved or trace.relevance_excluded)
+            trace.trace_id,
+            trace.probe_id,
+            tuple(dict.fromkeys(trace.retrieved))[:depth],  # chunks of one document count once
+            frozenset(trace.relevance_excluded),
+            frozenset(trace.entitlement_excluded).union(
+                foreign_documents(trace) if foreign is None else foreign
+            ),
+            variant_of(trace),
+            bool(trace.retrieved or trace.relevance_excluded)
             and not any(context.id_derived for context in trace.contexts),
         )
 
@@ -101,17 +105,6 @@ def score_query(gold: Iterable[str], evidence: Evidence, recall_k: Iterable[int]
         k: len(eligible.intersection(evidence.retrieved[:k])) / len(eligible) for k in recall_k
     }
     return QueryScore(eligible, eligible & evidence.relevance_excluded, recall)
-
-
-def _distinct(doc_ids: Iterable[str], limit: int) -> Iterator[str]:
-    """The first ``limit`` distinct ids: chunks of one document must not count twice."""
-    seen: set[str] = set()
-    for doc_id in doc_ids:
-        if len(seen) == limit:
-            return
-        if doc_id not in seen:
-            seen.add(doc_id)
-            yield doc_id
 
 
 def foreign_documents(trace: RagTrace) -> Iterator[str]:
