@@ -318,14 +318,19 @@ class CorrectedShare:
     def page_expr(
         self, judge_bound: str, bound: str, guardrail: float, correction: ReviewCorrection
     ) -> str:
-        """An alert's test of a pass share against ``guardrail``: the corrected ``bound``
-        once the review window holds ``min_random_reviews``, the judge-only
-        ``judge_bound`` before (or while the corrected one has no value); the label
-        ``estimate`` says which (corrected, judge). Both are selectors, matchers included."""
+        """An alert's test of a pass share against ``guardrail``: the corrected (debiased)
+        ``bound`` once the review window holds ``min_random_reviews``, or the judge-only
+        ``judge_bound``; the label ``estimate`` says which fired (corrected when both do).
+        The corrected bound catches a judge that passes too many answers; it carries the
+        reviews' uncertainty about the judge's bias, so on a sudden drop the judge's own
+        bound fires first (in the backtest, 31 minutes against three hours). Both are
+        selectors, matchers included."""
         reviewed = self.reviewed(correction.window)
         enough = f"and on ({self.by}) {reviewed} >= {correction.min_random_reviews}"
         corrected_test = f"{bound} < {guardrail}\n{enough}"
-        judge_test = f"{judge_bound} < {guardrail}\nunless on ({self.by}) ({bound} {enough})"
+        judge_test = (
+            f"{judge_bound} < {guardrail}\nunless on ({self.by}) ({bound} < {guardrail} {enough})"
+        )
         return (
             f'label_replace(\n{corrected_test},\n"estimate", "corrected", "", ""\n)\nor\n'
             f'label_replace(\n{judge_test},\n"estimate", "judge", "", ""\n)'
@@ -342,15 +347,14 @@ class CorrectedShare:
     ) -> str:
         """For an alert's description: which bound fired (``page_expr``'s ``estimate``)
         and, when corrected, the corrected share and the reviews it rests on."""
-        review_window, min_reviews = correction.window, correction.min_random_reviews
+        review_window = correction.window
         reviewed = recorded_value(self.reviewed(review_window), labels, 'printf "%.0f"')
         share = recorded_value(self.debiased(window), labels, "humanizePercentage")
         bias = recorded_value(self.bias(review_window), labels, "humanizePercentage")
         return (
             f'{{{{ if eq $labels.estimate "corrected" }}}}{bound}: the judge\'s share less its '
             f"bias of {bias} on {reviewed} random reviews of the last {review_window} is {share}"
-            f"{{{{ else }}}}{judge_bound}, the judge's own: fewer than {min_reviews} random "
-            f"reviews of the last {review_window}{{{{ end }}}}"
+            f"{{{{ else }}}}{judge_bound}, the judge's own{{{{ end }}}}"
         )
 
     def bias_alert(
