@@ -191,12 +191,13 @@ def test_every_panel_query_returns_data_after_traffic(
                 "evaluations": {EVALUATION: {"score_min": 0.7, "compare_with_review": True}}
             },
             "slices": {"intents": INTENTS, "document_types": [DOCUMENT_TYPE]},
-            # every OTLP request is queued for review until the hourly bound (more than a
-            # round of traffic) skips the rest
+            # every OTLP request is queued for review until the stratum's bound skips the
+            # rest: its bucket saves five minutes of max_per_hour, 40 items, more than a
+            # round of traffic
             "review": {
                 "enabled": True,
                 "random_rate": 1.0,
-                "max_per_hour": {"random": 40},
+                "max_per_hour": {"random": 480},
                 "http": {"port": 0},
             },
         },
