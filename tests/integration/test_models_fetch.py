@@ -359,7 +359,7 @@ def test_the_demo_names_the_fetch_command_when_the_model_is_missing(
     if present:
         assert (missing, lines) == ([], [])
         return
-    assert missing == [model]
+    assert missing == [f"faithfulness needs {model}"]
     assert len(lines) == 1
     assert lines[0]["detector"] == "faithfulness"
     assert "`rag-monitor models fetch`" in lines[0]["how_to_fix"]
@@ -375,7 +375,7 @@ def test_the_demo_names_a_hub_embedder_that_is_not_cached(published: Published) 
     )
     with capture_logs() as logs:
         missing = warn_missing_models(config)
-    assert missing == ["acme/never-fetched-encoder"]
+    assert missing == ["drift needs acme/never-fetched-encoder"]
     assert [entry["detector"] for entry in logs if entry["event"] == "demo_model_missing"] == [
         "drift"
     ]
