@@ -37,9 +37,9 @@ _WILSON = re.compile(
     rf"\* sqrt\(.*\)\n\)\n/\n\(1 \+ {_NUMBER} / \S+\)"
 )
 
-# The page test of a corrected pass share (``monitor.rulekit.prediction_powered``): the
-# corrected bound once enough random reviews, else the judge's own. The demo has no
-# reviewers, so the judge's own bound decides here, as in Prometheus before the reviews.
+# The page test of a corrected pass share (``monitor.rulekit.corrected_rules``): the
+# corrected bound once enough random reviews, or the judge's own. The demo has no
+# reviewers, so the judge's own bound decides here.
 _SWITCH = re.compile(
     r'(?P<open>\(\n)?label_replace\(\n.*?"estimate", "corrected", "", ""\n\)\nor\n'
     r'label_replace\(\n(?P<judge>[^\n]+)\nunless on [^\n]+,\n"estimate", "judge", "", ""\n\)'

@@ -36,9 +36,9 @@ from detectors.evaluations.names import (
 )
 from monitor.guardrails import GuardrailsConfig
 from monitor.names import EVALUATION_AGREEMENT_TOTAL, REQUESTS_TOTAL
+from monitor.rulekit.corrected_rules import BIAS_ALERT, CorrectedShare
 from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
-from monitor.rulekit.prediction_powered import BIAS_ALERT, CorrectedShare
 from monitor.rulekit.promql import (
     JOB,
     VARIANT,

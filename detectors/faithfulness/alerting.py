@@ -25,9 +25,9 @@ from detectors.faithfulness.names import (
 )
 from monitor.guardrails import GuardrailsConfig
 from monitor.names import JUDGE_AGREEMENT_TOTAL
+from monitor.rulekit.corrected_rules import CorrectedShare
 from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
-from monitor.rulekit.prediction_powered import CorrectedShare
 from monitor.rulekit.promql import (
     alert,
     panel_increase,
