@@ -33,10 +33,11 @@ from detectors.review.sampler import (
 )
 from detectors.review.store import ReviewStore
 from monitor.kafka_connection import KafkaConnection
+from monitor.rulekit.prediction_powered import RANDOM_STRATUM
 from monitor.shared import PassRules
 from monitor.state import DEFAULT_STATE_MAX_BYTES, shared_state_dir
 from monitor.trace import Event, Label, RagTrace
-from monitor.variants import PRODUCTION, bounded_label, variant_of
+from monitor.variants import OTHER, PRODUCTION, bounded_label, variant_of
 from monitor.worker import Worker
 
 if TYPE_CHECKING:
@@ -164,7 +165,7 @@ class ReviewDetector:
 
     def on_verdict(self, item: ReviewItem, verdict: Verdict) -> None:
         """A reviewer recorded ``verdict`` on ``item`` (already stored by the page)."""
-        stratum = "random" if "random" in item.strata else "other"
+        stratum = RANDOM_STRATUM if RANDOM_STRATUM in item.strata else OTHER
         if item.hhem_score is not None and item.hhem_threshold is not None:
             hhem = "supported" if item.hhem_score >= item.hhem_threshold else "unsupported"
             self.metrics.judge_agreement.labels(stratum, hhem, verdict.supported).inc()

@@ -14,10 +14,12 @@ from detectors.review.names import (
 )
 from monitor.missing import MissingInputs
 from monitor.names import EVALUATION_AGREEMENT_TOTAL, JUDGE_AGREEMENT_TOTAL
+from monitor.rulekit.prediction_powered import RANDOM_STRATUM
+from monitor.variants import OTHER
 
 # The agreement counters' stratum: random (the item was drawn at random, whatever else
 # took it too) or other. Only the random items estimate the population's pass share.
-AGREEMENT_STRATA = ("random", "other")
+AGREEMENT_STRATA = (RANDOM_STRATUM, OTHER)
 JUDGE_VERDICTS = ("supported", "unsupported")
 
 
