@@ -69,11 +69,6 @@ class PassShare:
     def bias(self) -> Estimate | None:
         return judge_bias(self.pairs) if self.pairs.n else None
 
-    @property
-    def effective_reviews(self) -> float | None:
-        estimate = self.corrected
-        return None if estimate is None else effective_reviews(self.pairs, estimate)
-
 
 def random_pairs(reviewed: Reviewed, since: float) -> dict[str, ReviewedPairs]:
     """Per judge (``faithfulness``) and per compared evaluation, the (judge passed, person
@@ -155,7 +150,7 @@ def interval_text(estimate: Estimate | None) -> str:
 def _share_row(share: PassShare) -> list[str]:
     judge = share.judge_only
     corrected = share.corrected
-    effective = share.effective_reviews
+    effective = None if corrected is None else effective_reviews(share.pairs, corrected)
     return [
         share.name,
         "n/a" if share.judged is None else f"{share.judged[0]:.0f}",
