@@ -10,9 +10,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from alerts.coverage import needed_fields
-from collectors.assembly import SpanAssembly
-from collectors.otlp import Span
-from collectors.spans_config import AssemblyConfig, MappingConfig
+from collectors.spans.assembly import SpanAssembly
+from collectors.spans.config import AssemblyConfig, MappingConfig
+from collectors.spans.span import Span
 from monitor.components import load_components
 from monitor.config import Config, ConfigError, load_config
 from monitor.coverage import FIELDS, PRESENT, FieldCoverage

@@ -11,7 +11,7 @@ from typing import Any
 from prometheus_client import Counter
 from pydantic import Field
 
-from collectors.otlp import PayloadError, decode_otlp_json
+from collectors.otlp.decode import PayloadError, decode_otlp_json
 from monitor.components import CollectorComponent, CollectorContext, Receiver
 from monitor.intake import Consumer, SpanBatch
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
