@@ -97,6 +97,6 @@ RETRIEVAL_RECALL = "rag_retrieval_recall"  # histogram, label k
 
 # --- read by the core, declared by a collector ------------------------------------------
 
-# The Kafka collector's gauge (collectors/kafka.py), by topic and partition, spelled here
+# The Kafka collector's gauge (collectors/kafka/collector.py), by topic and partition, spelled here
 # because the health row of the dashboard (alerts/health.py) reads it.
 KAFKA_LAG_RECORDS = "rag_monitor_kafka_lag_records"

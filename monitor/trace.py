@@ -3,7 +3,7 @@
 Collectors own parsing and validation; everything here is already typed and
 bounded, so detectors can trust it. The bounds are declared on the fields
 (``Annotated``): code ignores them, and a pydantic ``TypeAdapter`` over these
-dataclasses validates ``rag-trace/1`` records with them (``collectors/records.py``).
+dataclasses validates ``rag-trace/1`` records with them (``collectors/kafka/records.py``).
 """
 
 from __future__ import annotations
