@@ -69,15 +69,17 @@ _MAX_KEPT_NAMES = 4096
 DOCUMENT_KEYS = _DocumentKeys()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # per request: see monitor/trace.py
 class SpanEvent:
     name: str
     time_ns: int
     attributes: Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # per request: see monitor/trace.py
 class Span:
+    """One decoded span: read-only, as the trace it becomes."""
+
     trace_id: str  # 32 lowercase hex digits
     span_id: str  # 16 lowercase hex digits
     parent_span_id: str | None
