@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from monitor.section import Section
+from monitor.section import Patterns, Section, all_compile
 
 
 class AssemblyConfig(Section):
@@ -30,6 +30,62 @@ class AssemblyConfig(Section):
 
 SpanKind = Literal["LLM", "RETRIEVER", "RERANKER", "EMBEDDING", "CHAIN", "AGENT", "TOOL"]
 _RAG_SPAN_KINDS: list[SpanKind] = ["LLM", "RETRIEVER"]
+
+
+def _json_pointer(pointer: str) -> str:
+    if pointer and not pointer.startswith("/"):
+        raise ValueError(f"{pointer!r} is not a JSON pointer (RFC 6901): start it with '/'")
+    return pointer
+
+
+class JsonDocumentsConfig(Section):
+    """Where a span's JSON value lists its documents, and where each document keeps its
+    fields. JSON encoded inside a JSON string is read as JSON at any step."""
+
+    attribute: str = Field(
+        "traceloop.entity.output",
+        description="span attribute whose JSON value holds the documents",
+    )
+    list_pointer: str = Field(
+        "", description='JSON pointer to the list of documents in it ("": the value itself)'
+    )
+    text_pointer: str = Field(..., description="JSON pointer to a document's text, in the document")
+    id_pointer: str = Field(
+        "", description='JSON pointer to a document\'s own id, in the document ("": none)'
+    )
+    score_pointer: str = Field(
+        "", description='JSON pointer to a document\'s score, in the document ("": none)'
+    )
+    metadata_pointer: str = Field(
+        "",
+        description="JSON pointer to a document's metadata object, in the document "
+        '(mapping.doc_id_keys name its source id there; "": none)',
+    )
+
+    @field_validator("list_pointer", "text_pointer", "id_pointer", "score_pointer",
+                     "metadata_pointer")  # fmt: skip
+    @classmethod
+    def _pointers(cls, pointer: str) -> str:
+        return _json_pointer(pointer)
+
+
+class JsonUsageConfig(Section):
+    """Where an LLM span's JSON value keeps the call's token counts and model (a raw
+    provider response an instrumentation wrote whole)."""
+
+    attribute: str = Field(
+        "traceloop.entity.output", description="span attribute whose JSON value holds the usage"
+    )
+    input_tokens_pointer: str = Field(..., description="JSON pointer to the input token count")
+    output_tokens_pointer: str = Field(..., description="JSON pointer to the output token count")
+    model_pointer: str = Field(
+        "", description='JSON pointer to the model name ("": the span\'s model attribute)'
+    )
+
+    @field_validator("input_tokens_pointer", "output_tokens_pointer", "model_pointer")
+    @classmethod
+    def _pointers(cls, pointer: str) -> str:
+        return _json_pointer(pointer)
 
 
 class MappingConfig(Section):
@@ -67,14 +123,43 @@ class MappingConfig(Section):
         default_factory=list,
         description="span attributes holding a request's documents (JSON objects, NAME.N.*)",
     )
+    json_documents: JsonDocumentsConfig | None = Field(
+        None,
+        description="documents of RETRIEVER and RERANKER spans inside a JSON attribute, read "
+        "where the conventions' document attributes hold none (unset: not looked for)",
+    )
+    json_usage: JsonUsageConfig | None = Field(
+        None,
+        description="token counts of LLM spans inside a JSON attribute, read where the "
+        "conventions' usage attributes hold none (unset: not looked for)",
+    )
+    span_kind_names: dict[str, SpanKind] = Field(
+        default_factory=dict,
+        description="span name regular expression -> kind, for spans no convention gives a "
+        "kind (a retriever call named after its class); of nested calls that match the same "
+        "kind only the innermost gets it",
+    )
+    request_span_names: Patterns = Field(
+        default_factory=list,
+        description="span name regular expressions of the span standing for the request; the "
+        "shallowest match is the request span, and a trace whose request span matches counts "
+        "as a request when it gives a query",
+    )
 
     @field_validator("query_pointers", "answer_pointers")
     @classmethod
     def _json_pointers(cls, pointers: list[str]) -> list[str]:
         for pointer in pointers:
-            if not pointer.startswith("/"):
-                raise ValueError(f"{pointer!r} is not a JSON pointer (RFC 6901): start it with '/'")
+            if not pointer:
+                raise ValueError("an empty JSON pointer names the whole value, not a text in it")
+            _json_pointer(pointer)
         return pointers
+
+    @field_validator("span_kind_names")
+    @classmethod
+    def _name_patterns(cls, names: dict[str, SpanKind]) -> dict[str, SpanKind]:
+        all_compile(list(names))
+        return names
 
 
 class SpansConfig(Section):
