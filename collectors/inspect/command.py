@@ -5,8 +5,8 @@ Collector's ``file`` exporter writes, or one JSON document; protobuf, one messag
 ``format: proto`` file exporter's messages, each after a 4-byte big-endian length) or
 receives them for a while as an OTLP/HTTP receiver, maps each trace as the sidecar does and
 prints every field with the span and attribute it came from, what is missing and why, and
-a ``mapping:`` snippet that would fill a missing field: ``inspect_provenance`` (origins),
-``inspect_missing`` (reasons, suggestions), ``inspect_view`` (the terminal view).
+a ``mapping:`` snippet that would fill a missing field: ``provenance`` (origins),
+``missing`` (reasons), ``suggest`` (settings), ``view`` (the terminal view).
 
 Production text is printed: the operator runs this on their own traces. The terminal view
 escapes control characters and shortens long texts; ``--json`` prints values whole.

@@ -118,4 +118,3 @@ class JsonUsage:
             prompt_tokens=prompt,
             completion_tokens=completion,
         )
-
