@@ -240,13 +240,17 @@ def run(args: argparse.Namespace, config: Any) -> int:
         print("rag-monitor inspect: no readable traces", file=sys.stderr)
         return NOTHING_READ
     try:
-        _print_reports(traces, config.collectors.spans.mapping, args.json)
+        _print_reports(
+            traces, config.collectors.spans.mapping, config.service.instrumentations, args.json
+        )
     except BrokenPipeError:  # | head: the reader has what it wanted
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (the flush at exit must not fail)
     return 0
 
 
-def _print_reports(traces: Sequence[Sequence[Span]], mapping: Any, as_json: bool) -> None:
+def _print_reports(
+    traces: Sequence[Sequence[Span]], mapping: Any, instrumentations: Sequence[str], as_json: bool
+) -> None:
     from collectors.inspect.provenance import inspect_trace
     from collectors.inspect.view import render, summary
 
@@ -259,7 +263,7 @@ def _print_reports(traces: Sequence[Sequence[Span]], mapping: Any, as_json: bool
             sys.stdout.write(render(report) + "\n")
             reports.append(report)
     if not as_json:
-        sys.stdout.write(summary(reports))
+        sys.stdout.write(summary(reports, instrumentations))
     sys.stdout.flush()
 
 

@@ -71,6 +71,10 @@ def inspect_trace(spans: Sequence[Span], mapping: MappingConfig) -> dict[str, An
     report: dict[str, Any] = {
         "trace_id": spans[0].trace_id,
         "rag_request": trace is not None,
+        # the scope field coverage counts the trace under (rag_trace_fields_total)
+        "instrumentation": trace.instrumentation
+        if trace is not None
+        else next((span.scope for span in spans if span.scope), None),
         "spans": [
             {**span_json(span), "parent_span_id": span.parent_span_id, "kind": kinds[span.span_id]}
             for span in sorted(spans, key=lambda s: (s.start_ns, -s.end_ns))
