@@ -97,7 +97,7 @@ def _tried(
         if isinstance(known, list):
             if found not in known:
                 added[key] = [*known, found]
-        elif isinstance(known, dict) and isinstance(found, dict) and key != "json_documents":
+        elif isinstance(known, dict) and isinstance(found, dict):
             if not found.items() <= known.items():
                 added[key] = {**known, **found}
         elif key not in accepted and known != found:

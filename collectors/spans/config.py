@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from monitor.section import Patterns, Section, all_compile
 
@@ -39,17 +39,23 @@ def _json_pointer(pointer: str) -> str:
 
 
 class JsonDocumentsConfig(Section):
-    """Where a span's JSON value lists its documents, and where each document keeps its
+    """Documents inside a span's JSON value (read on RETRIEVER and RERANKER spans whose
+    document attributes hold none): where the list is, and where each document keeps its
     fields. JSON encoded inside a JSON string is read as JSON at any step."""
 
     attribute: str = Field(
-        "traceloop.entity.output",
-        description="span attribute whose JSON value holds the documents",
+        "",
+        description='span attribute whose JSON value holds the documents ("": none is read, '
+        "the default: nothing is looked for)",
     )
     list_pointer: str = Field(
         "", description='JSON pointer to the list of documents in it ("": the value itself)'
     )
-    text_pointer: str = Field(..., description="JSON pointer to a document's text, in the document")
+    text_pointer: str = Field(
+        "",
+        description='JSON pointer to a document\'s text, in the document ("": the document '
+        "itself is the text)",
+    )
     id_pointer: str = Field(
         "", description='JSON pointer to a document\'s own id, in the document ("": none)'
     )
@@ -70,14 +76,21 @@ class JsonDocumentsConfig(Section):
 
 
 class JsonUsageConfig(Section):
-    """Where an LLM span's JSON value keeps the call's token counts and model (a raw
-    provider response an instrumentation wrote whole)."""
+    """An LLM call's token counts and model inside a span's JSON value (a raw provider
+    response an instrumentation wrote whole), read on LLM spans whose usage attributes
+    count none."""
 
     attribute: str = Field(
-        "traceloop.entity.output", description="span attribute whose JSON value holds the usage"
+        "",
+        description='span attribute whose JSON value holds the usage ("": none is read, the '
+        "default: nothing is looked for)",
     )
-    input_tokens_pointer: str = Field(..., description="JSON pointer to the input token count")
-    output_tokens_pointer: str = Field(..., description="JSON pointer to the output token count")
+    input_tokens_pointer: str = Field(
+        "", description="JSON pointer to the input token count (required with an attribute)"
+    )
+    output_tokens_pointer: str = Field(
+        "", description="JSON pointer to the output token count (required with an attribute)"
+    )
     model_pointer: str = Field(
         "", description='JSON pointer to the model name ("": the span\'s model attribute)'
     )
@@ -86,6 +99,12 @@ class JsonUsageConfig(Section):
     @classmethod
     def _pointers(cls, pointer: str) -> str:
         return _json_pointer(pointer)
+
+    @model_validator(mode="after")
+    def _counts_named(self) -> JsonUsageConfig:
+        if self.attribute and not (self.input_tokens_pointer and self.output_tokens_pointer):
+            raise ValueError("an attribute needs input_tokens_pointer and output_tokens_pointer")
+        return self
 
 
 class MappingConfig(Section):
@@ -123,15 +142,15 @@ class MappingConfig(Section):
         default_factory=list,
         description="span attributes holding a request's documents (JSON objects, NAME.N.*)",
     )
-    json_documents: JsonDocumentsConfig | None = Field(
-        None,
+    json_documents: JsonDocumentsConfig = Field(
+        default_factory=JsonDocumentsConfig,
         description="documents of RETRIEVER and RERANKER spans inside a JSON attribute, read "
-        "where the conventions' document attributes hold none (unset: not looked for)",
+        "where the conventions' document attributes hold none",
     )
-    json_usage: JsonUsageConfig | None = Field(
-        None,
+    json_usage: JsonUsageConfig = Field(
+        default_factory=JsonUsageConfig,
         description="token counts of LLM spans inside a JSON attribute, read where the "
-        "conventions' usage attributes hold none (unset: not looked for)",
+        "conventions' usage attributes hold none",
     )
     span_kind_names: dict[str, SpanKind] = Field(
         default_factory=dict,

@@ -92,9 +92,9 @@ class TraceMapper:
             else None
         )
         self._json_documents = (
-            JsonDocuments(config.json_documents) if config.json_documents is not None else None
+            JsonDocuments(config.json_documents) if config.json_documents.attribute else None
         )
-        self._json_usage = JsonUsage(config.json_usage) if config.json_usage is not None else None
+        self._json_usage = JsonUsage(config.json_usage) if config.json_usage.attribute else None
 
     def span_kinds(self, spans: Sequence[Span]) -> dict[str, str]:
         """Each span's kind as the mapping sees it (span id -> kind, "" for none): what its

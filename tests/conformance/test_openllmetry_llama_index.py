@@ -10,8 +10,8 @@ the LLM call's output, and neither span names a kind. Out of the box the monitor
 read these traces as requests and says so (field coverage); what ``inspect`` prints,
 pasted into the config, makes every field right for every request.
 
-Only plain queries: with a streamed answer the instrumentation ends the request span
-after the trace was exported (its spans arrive without their root).
+Only plain queries: with a streamed answer the instrumentation never ended the request
+span in our runs (the other spans came without their root).
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def test_a_suggestion_that_would_change_a_field_already_there_is_never_printed()
     assert "json_documents" not in report["mapping"]
     # The same setting does fill the contexts: only the changed query stopped it.
     trial = remapped(spans, {
-        "json_documents": {"text_pointer": "/node/text"},
+        "json_documents": {"attribute": ENTITY_OUT, "text_pointer": "/node/text"},
         "span_kind_names": {"^step$": "RETRIEVER"},
     })  # fmt: skip
     assert [c.text for c in trial.contexts] == ["Invoices: first day."]

@@ -78,10 +78,11 @@ ONBOARDED: dict[str, Any] = {
     "query_pointers": ["/str_or_query_bundle"],
     "span_kind_names": {r"^VectorIndexRetriever\.": "RETRIEVER", r"^FakeLLM\.": "LLM"},
     "json_documents": {
-        "text_pointer": "/node/text", "id_pointer": "/node/id_",
+        "attribute": ENTITY_OUT, "text_pointer": "/node/text", "id_pointer": "/node/id_",
         "score_pointer": "/score", "metadata_pointer": "/node/metadata",
     },
     "json_usage": {
+        "attribute": ENTITY_OUT,
         "input_tokens_pointer": "/raw/usage/prompt_tokens",
         "output_tokens_pointer": "/raw/usage/completion_tokens",
         "model_pointer": "/raw/model",
@@ -159,13 +160,13 @@ def test_a_request_span_by_name_reads_a_trace_without_llm_or_retriever() -> None
         ({"span_kind_names": {"x": "JUDGE"}}, "span_kind_names.x"),
         ({"request_span_names": ["["]}, "is not a regular expression"),
         ({"json_documents": {"text_pointer": "node/text"}}, "is not a JSON pointer"),
-        ({"json_documents": {}}, "json_documents.text_pointer"),
+        ({"json_usage": {"attribute": ENTITY_OUT}}, "needs input_tokens_pointer"),
         ({"json_usage": {"input_tokens_pointer": "/a", "output_tokens_pointer": "b"}},
          "is not a JSON pointer"),
         ({"query_pointers": [""]}, "names the whole value"),
     ],
     ids=["bad-kind-pattern", "unknown-kind", "bad-request-pattern", "pointer-without-slash",
-         "no-text-pointer", "usage-pointer", "empty-query-pointer"],
+         "usage-without-counts", "usage-pointer", "empty-query-pointer"],
 )  # fmt: skip
 def test_settings_are_checked_when_the_config_loads(mapping: dict[str, Any], message: str) -> None:
     """A bad pattern or pointer fails at start-up, naming the key."""
