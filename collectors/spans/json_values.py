@@ -12,39 +12,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
-
 from collectors.spans.config import JsonDocumentsConfig, JsonUsageConfig
-from collectors.spans.text import count, json_object, number, parse_pointer, text
+from collectors.spans.text import (
+    at_pointer,
+    count,
+    decoded,
+    json_object,
+    number,
+    parse_pointer,
+    text,
+)
 from collectors.spans.usage import provider
 from monitor.trace import MAX_DOCUMENTS, Usage
 
 Pointer = tuple[str, ...]
-
-
-def decoded(value: Any) -> Any:
-    """JSON text as the value it encodes; anything else as it is."""
-    if isinstance(value, str) and value[:1] in ("{", "[", '"'):
-        try:
-            return orjson.loads(value)
-        except orjson.JSONDecodeError:
-            return value
-    return value
-
-
-def at_pointer(value: Any, pointer: Pointer) -> Any:
-    """The value ``pointer`` leads to, JSON text on the way (and at its end) decoded;
-    None when it leads nowhere."""
-    node = decoded(value)
-    for part in pointer:
-        if isinstance(node, dict):
-            node = node.get(part)
-        elif isinstance(node, list) and part.isdecimal() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-        node = decoded(node)
-    return node
 
 
 def pointer(text_pointer: str) -> Pointer:
@@ -68,7 +49,7 @@ class JsonDocuments:
         value = attributes.get(self._attribute)
         if value is None:
             return []
-        listed = at_pointer(value, self._list)
+        listed = decoded(at_pointer(value, self._list))
         if not isinstance(listed, list):
             return []
         return [

@@ -4,6 +4,7 @@ field that was there; the instrumentation scopes counted as ``other``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -14,6 +15,7 @@ from collectors.spans.config import MappingConfig
 from collectors.spans.openinference import TraceMapper
 from monitor.coverage import DEFAULT_INSTRUMENTATIONS
 from tests.unit.collectors.inspect.test_command import SCOPE, report_of, span
+from tests.unit.collectors.spans import test_named_json as named_json
 from tests.unit.collectors.spans.test_named_json import (
     ANSWER,
     ENTITY_IN,
@@ -23,13 +25,8 @@ from tests.unit.collectors.spans.test_named_json import (
     node,
 )
 
-ROOT_ONLY = [
-    span("root", None, None, 1000, 1500, **{
-        ENTITY_IN: json.dumps({"inputs": {"payload": {"question_text": QUESTION}}}),
-        ENTITY_OUT: json.dumps({"outputs": {"result": {"final_answer": ANSWER}}}),
-    }),
-    span("step", "root", None, 1100, 1400, **{"traceloop.span.kind": "task"}),
-]  # fmt: skip
+# A workflow span with the question and the answer in its JSON, written by SCOPE.
+ROOT_ONLY = [dataclasses.replace(held, scope=SCOPE) for held in named_json.ROOT_ONLY]
 
 
 def remapped(spans: list[Any], snippet: dict[str, Any]) -> Any:
@@ -44,8 +41,8 @@ def test_a_root_with_question_and_answer_is_proposed_as_the_request_span() -> No
     assert not report["rag_request"]
     snippet = report["mapping"]
     assert snippet["request_span_names"] == ["^root$"]
-    assert snippet["query_pointers"][-1] == "/payload/question_text"
-    assert snippet["answer_pointers"][-1] == "/result/final_answer"
+    assert snippet["query_pointers"][-1] == "/request/question"
+    assert snippet["answer_pointers"][-1] == "/final/answer"
     trace = remapped(ROOT_ONLY, snippet)
     assert trace is not None
     assert (trace.query, trace.answer, trace.stages) == (QUESTION, ANSWER, {"total": 0.5})
