@@ -181,8 +181,8 @@ class FieldCoverage(Collector):
     def collect(self) -> Iterator[Metric]:
         fields, derived, folded = self._families()
         with self._lock:
-            for scope, (traces, created) in self._folded.items():
-                folded.add_metric([scope], traces, created=created)
+            for scope, (traces, first_seen) in self._folded.items():
+                folded.add_metric([scope], traces, created=first_seen)
             tallies = [
                 (label, tally.created, dict(tally.patterns), tally.derived, tally.unreadable,
                  tally.unreadable_created)

@@ -100,19 +100,23 @@ class MissingReasons:
         }.get(name, lambda: "not found")()
 
     def _io(self, which: str, key: str) -> str:
-        value = self._request.attributes.get(f"{which}.value")
+        # OpenInference's attribute, else OpenLLMetry's (as collectors.spans.text.io_value)
+        name = f"{which}.value"
+        if name not in self._request.attributes:
+            name = f"traceloop.entity.{which}"
+        value = self._request.attributes.get(name)
         where = f'the request span "{self._request.name}"'
         if value is None:
             return f"{where} has no {which}.value"
         if not isinstance(value, str) or not value:
-            return f"{where}'s {which}.value is not text"
+            return f"{where}'s {name} is not text"
         if isinstance(parsed_json(value), list | dict):
             pointers = getattr(self._mapping, key)
             return (
-                f"{where}'s {which}.value is JSON and no pointer of collectors.spans.mapping.{key} "
+                f"{where}'s {name} is JSON and no pointer of collectors.spans.mapping.{key} "
                 f"{pointers} leads to text in it"
             )
-        return f"{where}'s {which}.value is not usable text (a generator's repr?)"
+        return f"{where}'s {name} is not usable text (a generator's repr?)"
 
     def _query(self) -> str:
         return (

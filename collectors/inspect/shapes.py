@@ -14,8 +14,8 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from collectors.spans.json_values import decoded
 from collectors.spans.span import Span
+from collectors.spans.text import decoded
 
 # Keys whose value reads as a document's text, in a list of objects or an indexed family.
 TEXT_KEYS = ("content", "text", "page_content", "document", "chunk", "passage")

@@ -111,19 +111,23 @@ def _tried(
     return TraceMapper(trial).build(spans, "otlp"), added
 
 
+# What each field holds, to tell whether mapping again changed it (a context's id belongs
+# to retrieved_ids, which a derived id leaves missing).
+_FIELD_VALUES: dict[str, Callable[[RagTrace], Any]] = {
+    "query": lambda trace: trace.query,
+    "answer": lambda trace: trace.answer,
+    "contexts": lambda trace: [context.text for context in trace.contexts],
+    "retrieved_ids": lambda trace: trace.retrieved,
+    "usage": lambda trace: trace.usage,
+    "query_vector": lambda trace: trace.query_embedding,
+    "tenant": lambda trace: trace.tenant,
+}
+
+
 def _field_value(name: str, trace: RagTrace) -> Any:
-    """What a field holds, to tell whether mapping again changed it."""
     if name.startswith("stage_"):
         return trace.stages.get(name.removeprefix("stage_"))
-    return {
-        "query": lambda: trace.query,
-        "answer": lambda: trace.answer,
-        "contexts": lambda: [context.text for context in trace.contexts],  # ids: retrieved_ids
-        "retrieved_ids": lambda: trace.retrieved,
-        "usage": lambda: trace.usage,
-        "query_vector": lambda: trace.query_embedding,
-        "tenant": lambda: trace.tenant,
-    }[name]()
+    return _FIELD_VALUES[name](trace)
 
 
 def keeps_fields(before: RagTrace, after: RagTrace) -> bool:

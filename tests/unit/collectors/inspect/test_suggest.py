@@ -48,6 +48,20 @@ def test_a_root_with_question_and_answer_is_proposed_as_the_request_span() -> No
     assert (trace.query, trace.answer, trace.stages) == (QUESTION, ANSWER, {"total": 0.5})
 
 
+def test_a_root_with_plain_question_and_answer_needs_only_its_name() -> None:
+    """Plain-text input and output on a root of no request kind: the name alone."""
+    spans = [
+        span("agent_run", None, "TOOL", 1000, 1800,
+             **{"input.value": QUESTION, "output.value": ANSWER}),
+        span("lookup", "agent_run", "TOOL", 1100, 1300),
+    ]  # fmt: skip
+    report = report_of(spans)
+    assert report["mapping"] == {"request_span_names": ["^agent_run$"]}
+    assert report["mapping_fills"] == {"request_span_names": ["request"]}
+    trace = remapped(spans, report["mapping"])
+    assert (trace.query, trace.answer, trace.stages) == (QUESTION, ANSWER, {"total": 0.8})
+
+
 def test_documents_and_usage_in_json_values_get_settings_that_read_them() -> None:
     """A dispatcher-style trace: the request span, the retriever and the LLM call by name,
     the documents (JSON text in a JSON list) and the usage (JSON text in the output)
