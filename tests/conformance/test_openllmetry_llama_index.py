@@ -56,25 +56,20 @@ PRICED = {
 SETTLE_S = 1.0  # beyond the awaited count: a duplicate or a split trace would show up
 
 
-class _OpenLLMetryLlamaIndex:
-    """The instrumentor, with an uninstrument that takes its handlers off LlamaIndex's
-    root dispatcher (0.62.4 leaves them there, bound to a tracer provider shut down since,
-    under every later test's spans)."""
-
-    def __init__(self) -> None:
-        self._instrumentor = LlamaIndexInstrumentor()
-        self._dispatcher = get_dispatcher()
-
-    def run(self, conformance: Conformance, app: RagApp) -> list[Answered]:
-        spans_before = list(self._dispatcher.span_handlers)
-        events_before = list(self._dispatcher.event_handlers)
-        self._instrumentor.instrument(tracer_provider=conformance.provider)
-        try:
-            return [app.ask(question, tenant) for question, tenant in PLAIN]
-        finally:
-            self._instrumentor.uninstrument()
-            self._dispatcher.span_handlers[:] = spans_before
-            self._dispatcher.event_handlers[:] = events_before
+def ask_instrumented(conformance: Conformance, app: RagApp) -> list[Answered]:
+    """Every plain question, traced by OpenLLMetry into ``conformance``'s sidecar. Its
+    uninstrument (0.62.4) leaves its handlers on LlamaIndex's root dispatcher, bound to a
+    tracer provider shut down since, under every later test's spans: they are taken off."""
+    dispatcher = get_dispatcher()
+    span_handlers, event_handlers = list(dispatcher.span_handlers), list(dispatcher.event_handlers)
+    instrumentor = LlamaIndexInstrumentor()
+    instrumentor.instrument(tracer_provider=conformance.provider)
+    try:
+        return [app.ask(question, tenant) for question, tenant in PLAIN]
+    finally:
+        instrumentor.uninstrument()
+        dispatcher.span_handlers[:] = span_handlers
+        dispatcher.event_handlers[:] = event_handlers
 
 
 def inspect_snippet(spans: Any, tmp_path: Path) -> tuple[str, dict[str, Any]]:
@@ -131,7 +126,7 @@ def test_inspect_onboards_what_the_monitor_could_not_read(tmp_path: Path) -> Non
     captured = InMemorySpanExporter()
     with running_sidecar(PRICED) as before:
         before.provider.add_span_processor(SimpleSpanProcessor(captured))
-        _OpenLLMetryLlamaIndex().run(before, app)
+        ask_instrumented(before, app)
         before.flush()
         unreadable = {"field": "request", "present": "false", "instrumentation": "other"}
         wait_until(lambda: before.metric(FIELDS_TOTAL, **unreadable) == N)
@@ -144,7 +139,7 @@ def test_inspect_onboards_what_the_monitor_could_not_read(tmp_path: Path) -> Non
     assert {"request_span_names", "json_documents", "json_usage", "span_kind_names"} <= set(mapping)
 
     with running_sidecar({**PRICED, **snippet}) as after:
-        answered = _OpenLLMetryLlamaIndex().run(after, app)
+        answered = ask_instrumented(after, app)
         after.traces(N)
         time.sleep(SETTLE_S)
         traces = sorted(after.recorder.traces, key=lambda trace: trace.time)
