@@ -5,8 +5,8 @@ Collector's ``file`` exporter writes, or one JSON document; protobuf, one messag
 ``format: proto`` file exporter's messages, each after a 4-byte big-endian length) or
 receives them for a while as an OTLP/HTTP receiver, maps each trace as the sidecar does and
 prints every field with the span and attribute it came from, what is missing and why, and
-a ``mapping:`` snippet that would fill a missing field: ``inspect_provenance`` (origins),
-``inspect_missing`` (reasons, suggestions), ``inspect_view`` (the terminal view).
+a ``mapping:`` snippet that would fill a missing field: ``provenance`` (origins),
+``missing`` (reasons), ``suggest`` (settings), ``view`` (the terminal view).
 
 Production text is printed: the operator runs this on their own traces. The terminal view
 escapes control characters and shortens long texts; ``--json`` prints values whole.
@@ -240,13 +240,17 @@ def run(args: argparse.Namespace, config: Any) -> int:
         print("rag-monitor inspect: no readable traces", file=sys.stderr)
         return NOTHING_READ
     try:
-        _print_reports(traces, config.collectors.spans.mapping, args.json)
+        _print_reports(
+            traces, config.collectors.spans.mapping, config.service.instrumentations, args.json
+        )
     except BrokenPipeError:  # | head: the reader has what it wanted
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (the flush at exit must not fail)
     return 0
 
 
-def _print_reports(traces: Sequence[Sequence[Span]], mapping: Any, as_json: bool) -> None:
+def _print_reports(
+    traces: Sequence[Sequence[Span]], mapping: Any, instrumentations: Sequence[str], as_json: bool
+) -> None:
     from collectors.inspect.provenance import inspect_trace
     from collectors.inspect.view import render, summary
 
@@ -259,7 +263,7 @@ def _print_reports(traces: Sequence[Sequence[Span]], mapping: Any, as_json: bool
             sys.stdout.write(render(report) + "\n")
             reports.append(report)
     if not as_json:
-        sys.stdout.write(summary(reports))
+        sys.stdout.write(summary(reports, instrumentations))
     sys.stdout.flush()
 
 

@@ -4,7 +4,8 @@ The mapper is not re-implemented here: the trace is mapped exactly as the sideca
 it, then each mapped value is looked up among the spans' attributes (strings and numbers
 as they are, values inside JSON attributes named by their JSON pointer). A value found
 nowhere was derived (a document id made from its text, a stage's seconds from span
-times). What is missing, why, and the ``mapping:`` that fills it: ``inspect_missing``.
+times). What is missing and why: ``collectors.inspect.missing``; the ``mapping:`` that
+fills it: ``collectors.inspect.suggest``.
 
 The report is a plain JSON-able dict: ``--json`` prints it, the terminal view renders it.
 """
@@ -21,11 +22,11 @@ from collectors.inspect.missing import (
     KIND_OF_STAGE,
     Mapped,
     MissingReasons,
-    escape_pointer,
     not_a_request,
     parsed_json,
-    suggestions,
 )
+from collectors.inspect.shapes import escape_pointer
+from collectors.inspect.suggest import request_suggestion, suggestions
 from collectors.spans.config import MappingConfig
 from collectors.spans.openinference import TraceMapper
 from collectors.spans.span import Span
@@ -70,6 +71,10 @@ def inspect_trace(spans: Sequence[Span], mapping: MappingConfig) -> dict[str, An
     report: dict[str, Any] = {
         "trace_id": spans[0].trace_id,
         "rag_request": trace is not None,
+        # the scope field coverage counts the trace under (rag_trace_fields_total)
+        "instrumentation": trace.instrumentation
+        if trace is not None
+        else next((span.scope for span in spans if span.scope), None),
         "spans": [
             {**span_json(span), "parent_span_id": span.parent_span_id, "kind": kinds[span.span_id]}
             for span in sorted(spans, key=lambda s: (s.start_ns, -s.end_ns))
@@ -77,12 +82,20 @@ def inspect_trace(spans: Sequence[Span], mapping: MappingConfig) -> dict[str, An
     }
     if trace is None:
         report["missing"] = {REQUEST: not_a_request(spans, kinds, mapping)}
-        report["mapping"] = {}
+        as_request = request_suggestion(spans, mapping)
+        report["mapping"], report["mapping_fills"] = as_request, {}
+        if as_request:
+            # Read as a request, the trace may lack more: what fills that comes too.
+            mapping = MappingConfig.model_validate({**mapping.model_dump(), **as_request})
+            mapper = TraceMapper(mapping)
+            remapped = mapper.build(spans, "otlp")
+            assert remapped is not None  # request_suggestion mapped it so
+            more, fills = suggestions(*_missing(remapped, spans, mapper.span_kinds(spans), mapping))
+            report["mapping"] = {**as_request, **more}
+            report["mapping_fills"] = {key: [REQUEST] for key in as_request} | fills
         return report
-    request = next(span for span in spans if span.span_id == trace.root_span_id)
-    mapped = Mapped(trace, spans, kinds, judged_spans(spans, kinds), request, mapping)
-    why = MissingReasons(mapped)
-    missing = {name: why.missing(name) for name, present in PRESENT.items() if not present(trace)}
+    mapped, missing = _missing(trace, spans, kinds, mapping)
+    request = mapped.request
     suggested, fills = suggestions(mapped, missing)
     report["request_span"] = span_json(request)
     report["fields"] = _Provenance(mapped).fields(trace)
@@ -90,6 +103,17 @@ def inspect_trace(spans: Sequence[Span], mapping: MappingConfig) -> dict[str, An
     report["mapping"] = suggested
     report["mapping_fills"] = fills
     return report
+
+
+def _missing(
+    trace: RagTrace, spans: Sequence[Span], kinds: Mapping[str, str], mapping: MappingConfig
+) -> tuple[Mapped, dict[str, str]]:
+    """The trace as mapped, and each field it lacks with the reason."""
+    request = next(span for span in spans if span.span_id == trace.root_span_id)
+    mapped = Mapped(trace, spans, kinds, judged_spans(spans, kinds), request, mapping)
+    why = MissingReasons(mapped)
+    missing = {name: why.missing(name) for name, present in PRESENT.items() if not present(trace)}
+    return mapped, missing
 
 
 # --- finding mapped values among the attributes ---------------------------------------------

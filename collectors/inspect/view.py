@@ -11,6 +11,8 @@ from typing import Any
 
 import orjson
 
+from monitor.variants import LABEL_VALUE
+
 TEXT_LIMIT = 160  # characters of a text shown in the terminal
 CONTEXTS_SHOWN = 10
 _NAME_WIDTH = 26
@@ -114,16 +116,37 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def mapping_yaml(mapping: dict[str, Any]) -> str:
-    """``mapping`` content as the config file writes it (``collectors.spans.mapping``)."""
+def mapping_yaml(mapping: dict[str, Any], instrumentations: Sequence[str] = ()) -> str:
+    """``mapping`` content as the config file writes it (``collectors.spans.mapping``), with
+    ``service.instrumentations`` when given."""
     import yaml
 
-    snippet = {"collectors": {"spans": {"mapping": mapping}}}
+    snippet: dict[str, Any] = {}
+    if instrumentations:
+        snippet["service"] = {"instrumentations": list(instrumentations)}
+    if mapping:
+        snippet["collectors"] = {"spans": {"mapping": mapping}}
     return yaml.safe_dump(snippet, default_flow_style=None, sort_keys=False)
 
 
-def summary(reports: Sequence[dict[str, Any]]) -> str:
-    """Totals over every trace and the suggested settings merged (lists joined in order)."""
+def _scopes_counted_as_other(
+    reports: Sequence[dict[str, Any]], counted: Sequence[str]
+) -> dict[str, int]:
+    """Traces per instrumentation scope that field coverage folds into ``other``."""
+    folded: dict[str, int] = {}
+    for report in reports:
+        scope = report.get("instrumentation")
+        # A scope that is no label value could not go into the allow-list.
+        if scope and scope not in counted and LABEL_VALUE.match(scope):
+            folded[scope] = folded.get(scope, 0) + 1
+    return folded
+
+
+def summary(reports: Sequence[dict[str, Any]], counted: Sequence[str] = ()) -> str:
+    """Totals over every trace, the instrumentation scopes field coverage counts as
+    ``other`` (not in ``counted``, ``service.instrumentations``), and the suggested
+    settings merged (lists joined in order), with those scopes added to
+    ``service.instrumentations`` so that the coverage row names them."""
     requests = sum(report["rag_request"] for report in reports)
     lines = [f"{len(reports)} trace(s): {requests} RAG request(s), {len(reports) - requests} not"]
     missing: dict[str, int] = {}
@@ -141,7 +164,18 @@ def summary(reports: Sequence[dict[str, Any]]) -> str:
                 known += [item for item in value if item not in known]
             else:
                 merged.setdefault(key, value)
-    if merged:
-        lines.append(f"  suggested mapping (fills a missing field in {helped} trace(s)):")
-        lines += ["    " + line for line in mapping_yaml(merged).splitlines()]
+    folded = _scopes_counted_as_other(reports, counted)
+    for scope, traces in folded.items():
+        lines.append(
+            f"  instrumentation scope {escaped(scope)} (counted as other in field coverage, "
+            f"{traces} trace(s): add it to service.instrumentations)"
+        )
+    if merged or folded:
+        named = [*counted, *folded] if folded else []
+        lines.append(
+            f"  suggested mapping (fills a missing field in {helped} trace(s)"
+            + (", names the scopes counted as other" if folded else "")
+            + "):"
+        )
+        lines += ["    " + line for line in mapping_yaml(merged, named).splitlines()]
     return "\n".join(lines) + "\n"

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from monitor.section import Section
+from monitor.section import Patterns, Section, all_compile
 
 
 class AssemblyConfig(Section):
@@ -30,6 +30,81 @@ class AssemblyConfig(Section):
 
 SpanKind = Literal["LLM", "RETRIEVER", "RERANKER", "EMBEDDING", "CHAIN", "AGENT", "TOOL"]
 _RAG_SPAN_KINDS: list[SpanKind] = ["LLM", "RETRIEVER"]
+
+
+def _json_pointer(pointer: str) -> str:
+    if pointer and not pointer.startswith("/"):
+        raise ValueError(f"{pointer!r} is not a JSON pointer (RFC 6901): start it with '/'")
+    return pointer
+
+
+class JsonDocumentsConfig(Section):
+    """Documents inside a span's JSON value (read on RETRIEVER and RERANKER spans whose
+    document attributes hold none): where the list is, and where each document keeps its
+    fields. JSON encoded inside a JSON string is read as JSON at any step."""
+
+    attribute: str = Field(
+        "",
+        description='span attribute whose JSON value holds the documents ("": none is read, '
+        "the default: nothing is looked for)",
+    )
+    list_pointer: str = Field(
+        "", description='JSON pointer to the list of documents in it ("": the value itself)'
+    )
+    text_pointer: str = Field(
+        "",
+        description='JSON pointer to a document\'s text, in the document ("": the document '
+        "itself is the text)",
+    )
+    id_pointer: str = Field(
+        "", description='JSON pointer to a document\'s own id, in the document ("": none)'
+    )
+    score_pointer: str = Field(
+        "", description='JSON pointer to a document\'s score, in the document ("": none)'
+    )
+    metadata_pointer: str = Field(
+        "",
+        description="JSON pointer to a document's metadata object, in the document "
+        '(mapping.doc_id_keys name its source id there; "": none)',
+    )
+
+    @field_validator("list_pointer", "text_pointer", "id_pointer", "score_pointer",
+                     "metadata_pointer")  # fmt: skip
+    @classmethod
+    def _pointers(cls, pointer: str) -> str:
+        return _json_pointer(pointer)
+
+
+class JsonUsageConfig(Section):
+    """An LLM call's token counts and model inside a span's JSON value (a raw provider
+    response an instrumentation wrote whole), read on LLM spans whose usage attributes
+    count none."""
+
+    attribute: str = Field(
+        "",
+        description='span attribute whose JSON value holds the usage ("": none is read, the '
+        "default: nothing is looked for)",
+    )
+    input_tokens_pointer: str = Field(
+        "", description="JSON pointer to the input token count (required with an attribute)"
+    )
+    output_tokens_pointer: str = Field(
+        "", description="JSON pointer to the output token count (required with an attribute)"
+    )
+    model_pointer: str = Field(
+        "", description='JSON pointer to the model name ("": the span\'s model attribute)'
+    )
+
+    @field_validator("input_tokens_pointer", "output_tokens_pointer", "model_pointer")
+    @classmethod
+    def _pointers(cls, pointer: str) -> str:
+        return _json_pointer(pointer)
+
+    @model_validator(mode="after")
+    def _counts_named(self) -> JsonUsageConfig:
+        if self.attribute and not (self.input_tokens_pointer and self.output_tokens_pointer):
+            raise ValueError("an attribute needs input_tokens_pointer and output_tokens_pointer")
+        return self
 
 
 class MappingConfig(Section):
@@ -67,14 +142,43 @@ class MappingConfig(Section):
         default_factory=list,
         description="span attributes holding a request's documents (JSON objects, NAME.N.*)",
     )
+    json_documents: JsonDocumentsConfig = Field(
+        default_factory=JsonDocumentsConfig,
+        description="documents of RETRIEVER and RERANKER spans inside a JSON attribute, read "
+        "where the conventions' document attributes hold none",
+    )
+    json_usage: JsonUsageConfig = Field(
+        default_factory=JsonUsageConfig,
+        description="token counts of LLM spans inside a JSON attribute, read where the "
+        "conventions' usage attributes hold none",
+    )
+    span_kind_names: dict[str, SpanKind] = Field(
+        default_factory=dict,
+        description="span name regular expression -> kind, for spans no convention gives a "
+        "kind (a retriever call named after its class); of nested calls that match the same "
+        "kind only the innermost gets it",
+    )
+    request_span_names: Patterns = Field(
+        default_factory=list,
+        description="span name regular expressions of the span standing for the request; the "
+        "shallowest match is the request span, and a trace whose request span matches counts "
+        "as a request when it gives a query",
+    )
 
     @field_validator("query_pointers", "answer_pointers")
     @classmethod
     def _json_pointers(cls, pointers: list[str]) -> list[str]:
         for pointer in pointers:
-            if not pointer.startswith("/"):
-                raise ValueError(f"{pointer!r} is not a JSON pointer (RFC 6901): start it with '/'")
+            if not pointer:
+                raise ValueError("an empty JSON pointer names the whole value, not a text in it")
+            _json_pointer(pointer)
         return pointers
+
+    @field_validator("span_kind_names")
+    @classmethod
+    def _name_patterns(cls, names: dict[str, SpanKind]) -> dict[str, SpanKind]:
+        all_compile(list(names))
+        return names
 
 
 class SpansConfig(Section):

@@ -38,6 +38,7 @@ _KIND_OF_GEN_AI_OPERATION = {
     # and its model calls before it wrote "chat" (0.53, 0.54).
     "vector_db_retrieve": "RETRIEVER",
     "llm_request": "LLM",
+    "rerank": "RERANKER",  # its LlamaIndex reranker spans
 }
 # A Traceloop "task" is any step of a chain (a prompt template, a parser, a lambda): no kind.
 _KIND_OF_TRACELOOP_SPAN = {"workflow": "CHAIN", "agent": "AGENT", "tool": "TOOL"}

@@ -23,7 +23,9 @@ import orjson
 from collectors.spans.config import MappingConfig
 from collectors.spans.documents import derived_id, holds_documents, with_retrieved_fields
 from collectors.spans.evaluations import evaluation_results
+from collectors.spans.json_values import JsonDocuments, JsonUsage
 from collectors.spans.kinds import span_kind
+from collectors.spans.named_spans import SpanNames
 from collectors.spans.span import Span
 from collectors.spans.stages import (
     QUERY_TEXT,
@@ -82,11 +84,23 @@ class TraceMapper:
         self._tenant_resource_attribute = config.tenant_resource_attribute
         self._first_token_events = frozenset(config.first_token_events)
         self._document_attributes = tuple(config.document_attributes)
+        # The settings for instrumentations no convention covers: decided here, once, so
+        # that a mapping without them costs nothing per span.
+        self._span_names = (
+            SpanNames(config.span_kind_names, config.request_span_names)
+            if config.span_kind_names or config.request_span_names
+            else None
+        )
+        self._json_documents = (
+            JsonDocuments(config.json_documents) if config.json_documents.attribute else None
+        )
+        self._json_usage = JsonUsage(config.json_usage) if config.json_usage.attribute else None
 
     def span_kinds(self, spans: Sequence[Span]) -> dict[str, str]:
         """Each span's kind as the mapping sees it (span id -> kind, "" for none): what its
         convention names, and RETRIEVER for a span of no kind that holds documents under
-        ``collectors.spans.mapping.document_attributes``."""
+        ``collectors.spans.mapping.document_attributes``, else the kind its name says
+        (``span_kind_names``)."""
         kinds = {span.span_id: span_kind(span) for span in spans}
         if self._document_attributes:
             for span in spans:
@@ -94,12 +108,15 @@ class TraceMapper:
                     holds_documents(span.attributes, name) for name in self._document_attributes
                 ):
                     kinds[span.span_id] = "RETRIEVER"
+        if self._span_names is not None:
+            self._span_names.add_kinds(spans, kinds)
         return kinds
 
     def build(self, spans: Sequence[Span], source: Source) -> RagTrace | None:
         """The ``RagTrace`` of one assembled trace, or None when it is not a RAG request."""
         kinds = self.span_kinds(spans)
-        request = _request_span(spans, kinds)
+        named = self._span_names.request_span(spans) if self._span_names is not None else None
+        request = named or _request_span(spans, kinds)
         judged = judged_spans(spans, kinds)
         found = StageSpans.of(
             spans,
@@ -108,12 +125,13 @@ class TraceMapper:
             judged,
             document_attributes=self._document_attributes,
             first_token_events=self._first_token_events,
+            json_documents=self._json_documents,
         )
         generations, embedding_span = found.generations, found.embedding
-        usage, cost = _usage_and_cost(found, spans)
+        usage, cost = _usage_and_cost(found, spans, self._json_usage)
         attrs = _merged_attributes(request, spans)
         query = self._query(request, embedding_span, found.retrievers, generations)
-        if not self._is_rag_request(kinds, judged, query):
+        if not self._is_rag_request(kinds, judged, query) and (named is None or query is None):
             return None
 
         stages = {"total": request.duration_s}
@@ -278,9 +296,10 @@ class TraceMapper:
 
 
 def _usage_and_cost(
-    found: StageSpans, spans: Sequence[Span]
+    found: StageSpans, spans: Sequence[Span], json_usage: JsonUsage | None
 ) -> tuple[tuple[Usage, ...], float | None]:
-    """Every model's usage and the priced cost the spans report. A judge's calls are no
+    """Every model's usage and the priced cost the spans report (in a JSON value where
+    ``mapping.json_usage`` says and the attributes hold no counts). A judge's calls are no
     generation of the answer, but the request paid for them: they count here."""
     usage = found.usage  # embedding and rerank usage
     costs = []
@@ -289,6 +308,8 @@ def _usage_and_cost(
         calls = sorted([*calls, *found.judges], key=start_order)
     for call in calls_counted_once(calls, spans):
         counted = llm_usage(call.attributes)
+        if json_usage is not None and not (counted.prompt_tokens or counted.completion_tokens):
+            counted = json_usage(call.attributes, counted)
         # A wrapper span with no counts of its own reports nothing to price.
         if counted.prompt_tokens or counted.completion_tokens:
             usage.append(counted)

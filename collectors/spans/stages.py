@@ -8,7 +8,7 @@ time to the first token.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from collectors.spans.documents import attribute_documents, documents, retrieved_documents
@@ -21,6 +21,9 @@ from monitor.trace import Usage
 
 QUERY_VECTOR = "embedding.embeddings.0.embedding.vector"
 QUERY_TEXT = "embedding.embeddings.0.embedding.text"
+
+# The documents a span lists in a JSON value (``collectors.spans.json_values``).
+JsonDocumentsReader = Callable[[Mapping[str, Any]], list[dict[str, Any]]]
 
 
 class StageSpans:
@@ -67,6 +70,7 @@ class StageSpans:
         *,
         document_attributes: Sequence[str],
         first_token_events: Collection[str],
+        json_documents: JsonDocumentsReader | None = None,
     ) -> StageSpans:
         found = cls()
         for span in spans:
@@ -89,10 +93,11 @@ class StageSpans:
                 found.add_documents(
                     span,
                     retrieved_documents(attributes)
-                    or _attribute_documents(attributes, document_attributes),
+                    or _attribute_documents(attributes, document_attributes)
+                    or (json_documents(attributes) if json_documents is not None else []),
                 )
             elif kind == "RERANKER":
-                found.add_reranker(attributes)
+                found.add_reranker(attributes, json_documents)
             elif kind == "EMBEDDING":
                 if found.embedding is None and (
                     QUERY_VECTOR in attributes or QUERY_TEXT in attributes
@@ -111,9 +116,19 @@ class StageSpans:
         if docs:
             self.documents.append((span.start_ns, docs))
 
-    def add_reranker(self, attributes: Mapping[str, Any]) -> None:
-        self.reranked = documents(attributes, RERANKED_DOCUMENTS)
-        rerank_model = text(attributes.get("reranker.model_name"))
+    def add_reranker(
+        self, attributes: Mapping[str, Any], json_documents: JsonDocumentsReader | None
+    ) -> None:
+        reranked = documents(attributes, RERANKED_DOCUMENTS)
+        if not reranked and json_documents is not None:
+            reranked = json_documents(attributes)
+        # A reranker span that lists no documents (OpenLLMetry's ``rerank`` operation
+        # without mapping.json_documents) says nothing of what the generator got: the
+        # retrieved documents stand.
+        self.reranked = reranked or None
+        rerank_model = text(attributes.get("reranker.model_name")) or text(
+            attributes.get("gen_ai.request.model")
+        )
         if rerank_model:
             # Rerank APIs bill search units; one call is one unit unless the span says.
             units = count(attributes.get("rag.rerank.units")) or 1

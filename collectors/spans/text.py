@@ -65,20 +65,38 @@ def parse_pointer(pointer: str) -> tuple[str, ...]:
     return tuple(part.replace("~1", "/").replace("~0", "~") for part in pointer[1:].split("/"))
 
 
+def decoded(value: Any) -> Any:
+    """JSON text as the value it encodes; anything else as it is."""
+    if isinstance(value, str) and value[:1] in ("{", "[", '"'):
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return value
+    return value
+
+
+def at_pointer(value: Any, pointer: Sequence[str]) -> Any:
+    """The value the parsed JSON pointer leads to in ``value``, JSON text met on the way
+    read as JSON (a list of JSON strings, a response serialised into a string); None when
+    it leads nowhere. The value it leads to is returned as it is."""
+    node = value
+    for part in pointer:
+        if isinstance(node, str):
+            node = decoded(node)
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and part.isdecimal() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
 def first_pointer(document: Any, pointers: Sequence[tuple[str, ...]]) -> str | None:
     if document is None:
         return None
     for pointer in pointers:
-        node = document
-        for part in pointer:
-            if isinstance(node, dict):
-                node = node.get(part)
-            elif isinstance(node, list) and part.isdecimal() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                node = None
-                break
-        found = usable_text(node)
+        found = usable_text(at_pointer(document, pointer))
         if found is not None:
             return found
     return None
