@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import set_span_in_context
 
+from monitor.coverage import DEFAULT_INSTRUMENTATIONS
 from tests.conftest import REPO, SidecarProcess, to_otlp_json, wait_until
 from tests.integration.conftest import otlp_http_port
 from tests.otel_traffic import MemoryExporter
@@ -98,9 +99,9 @@ def inspect(*argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def contexts_coverage(sidecar: SidecarProcess) -> tuple[float, float]:
-    """(present, missing) counts of the contexts field of the unknown instrumentation."""
-    labels = {"field": "contexts", "instrumentation": "other"}
+def contexts_coverage(sidecar: SidecarProcess, instrumentation: str) -> tuple[float, float]:
+    """(present, missing) counts of the contexts field under ``instrumentation``."""
+    labels = {"field": "contexts", "instrumentation": instrumentation}
     return (
         sidecar.metric("rag_trace_fields_total", present="true", **labels),
         sidecar.metric("rag_trace_fields_total", present="false", **labels),
@@ -131,7 +132,11 @@ def test_inspect_names_the_documents_attribute_and_its_snippet_fills_the_coverag
     printed = shown.stdout.split(f"{TRACES} trace(s): {TRACES} RAG request(s), 0 not\n")[1]
     assert f"contexts missing in {TRACES}" in printed
     snippet = yaml.safe_load(printed.split("):\n", 1)[1])
-    assert snippet == {"collectors": {"spans": {"mapping": {"document_attributes": [HITS]}}}}
+    # The scope it saw is named too, so that coverage counts it by name, not as other.
+    assert snippet == {
+        "collectors": {"spans": {"mapping": {"document_attributes": [HITS]}}},
+        "service": {"instrumentations": [*DEFAULT_INSTRUMENTATIONS, UNKNOWN_SCOPE]},
+    }
 
     unseen = sidecar_process(LIGHT, "without-mapping").start()
     seen = sidecar_process({**LIGHT, **snippet}, "with-mapping").start()
@@ -143,7 +148,10 @@ def test_inspect_names_the_documents_attribute_and_its_snippet_fills_the_coverag
         for first in range(0, len(spans), 600):
             exporter.export(spans[first : first + 600])
         exporter.shutdown()
-    for sidecar in (unseen, seen):
-        wait_until(lambda: sum(contexts_coverage(sidecar)) == TRACES, timeout=60)  # noqa: B023
-    assert contexts_coverage(unseen) == (0, TRACES)
-    assert contexts_coverage(seen) == (TRACES, 0)
+    for sidecar, counted_as in ((unseen, "other"), (seen, UNKNOWN_SCOPE)):
+        wait_until(
+            lambda: sum(contexts_coverage(sidecar, counted_as)) == TRACES,  # noqa: B023
+            timeout=60,
+        )
+    assert contexts_coverage(unseen, "other") == (0, TRACES)
+    assert contexts_coverage(seen, UNKNOWN_SCOPE) == (TRACES, 0)
