@@ -190,9 +190,7 @@ class ReviewPage(HttpService):
         # A bearer token is never sent by a browser on its own, so only cookie sessions
         # (which a browser does attach) need the CSRF field.
         session = self._session(request)
-        if access != "bearer" and (
-            session is None or not hmac.compare_digest(form.csrf, self._csrf(session))
-        ):
+        if access != "bearer" and (session is None or not _matches(form.csrf, self._csrf(session))):
             return self._refusal_page(403, "the form's session field is missing or stale", "csrf")
         recorded = self.store.record(form.verdict)
         if recorded is None:
@@ -231,7 +229,7 @@ class ReviewPage(HttpService):
             if name != SESSION_COOKIE:
                 continue
             session, _, mac = value.partition(".")
-            if session and hmac.compare_digest(mac, self._mac("session", session)):
+            if session and _matches(mac, self._mac("session", session)):
                 return session
         return None
 
@@ -249,6 +247,12 @@ class ReviewPage(HttpService):
         value = f"{session}.{self._mac('session', session)}"
         attributes = "HttpOnly; SameSite=Strict; Path=/review"
         return {"Set-Cookie": f"{SESSION_COOKIE}={value}; {attributes}"}
+
+
+def _matches(given: str, expected: str) -> bool:
+    """Compared in constant time as bytes: ``compare_digest`` raises on a ``str`` that is not
+    ASCII, and a cookie or form field can hold any character."""
+    return hmac.compare_digest(given.encode(), expected.encode())
 
 
 def _route(path: str) -> Literal["page", "verdict"] | None:
