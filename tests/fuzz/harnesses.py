@@ -27,13 +27,15 @@ from tests.fuzz import targets
 # (max_header_bytes): the largest request the page reads.
 _REVIEW = targets.ReviewHttpSettings(port=0)
 REVIEW_MAX_LEN = _REVIEW.max_header_bytes + _REVIEW.max_body_bytes
-# Bodies of the decoders: larger inputs only slow the search down (a decode is linear
-# in its input); the receivers' 8 MiB bound is the decoders' bounded-memory tests' concern.
+# A request head at most: every HTTP listener's default max_header_bytes.
+HEAD_MAX = _REVIEW.max_header_bytes
+# Inputs of the other harnesses: larger ones only slow the search down (a decode is linear
+# in its input); the receivers' 8 MiB body bound is held before decoding.
 MAX_LEN = 65_536
 # Seconds one input may take: a hang or a super-linear decode of at most MAX_LEN bytes.
 TIMEOUT_S = 5
 # The fuzzing process's resident memory at most: the interpreter, the project and the
-# libraries it imports (about 200 MB) plus headroom for the decoders' budget of
+# libraries it imports (about 100 MB measured) plus headroom for the decoders' budget of
 # OTLP_DECODE_FACTOR (16) times an input of MAX_LEN, which is 1 MiB.
 RSS_LIMIT_MB = 1024
 
@@ -58,7 +60,7 @@ class Harness:
     """An entry point, the exceptions that are its refusals, and the bounds of one input."""
 
     name: str
-    entry: str  # what it calls, for the run's figures and the docs
+    entry: str  # what it calls, printed with the run's figures
     refusals: tuple[type[Exception], ...]
     open: Callable[[], Callable[[bytes], object]]  # builds the call once per process
     max_len: int = MAX_LEN
@@ -121,7 +123,7 @@ def _config() -> Callable[[bytes], object]:
 
 
 class UnexpectedAnswer(AssertionError):
-    """The review page answered 5xx: the server's answer to a handler that failed."""
+    """A server answered 500 (its answer to a handler that failed), or its pipeline died."""
 
 
 @cache
@@ -136,30 +138,61 @@ def review_page() -> tuple[targets.ReviewPage, targets.ReviewStore]:
     return page, store
 
 
+def _served(service: targets.HttpService, data: bytes) -> targets.Response | None:
+    """One HTTP request as the server reads it (the head, then the declared body) through
+    the service's ``refuse`` and ``handle``, as ``monitor/http/service.py`` calls them;
+    None where the server answers on its own or waits for more bytes."""
+    end = data.find(targets.HEAD_END) + len(targets.HEAD_END)
+    if end < len(targets.HEAD_END) or end > service.limits.max_header_bytes:
+        return None  # the server waits for the rest of the head, or answers 431
+    request = targets.parse_head(data[:end])
+    if request is None:
+        return None  # 400 malformed
+    response = service.refuse(request)
+    if response is None and request.framed:
+        length = request.content_length or 0
+        if len(data) - end < length:
+            return None  # the server waits for the rest of the body
+        response = service.handle(replace(request, body=data[end : end + length]))
+    return response
+
+
 def _review_page() -> Callable[[bytes], object]:
-    """One HTTP request as the server reads it (head, then the declared body) through the
-    page's ``refuse`` and ``handle``, as ``monitor/http/service.py`` calls them."""
+    """One request to the review page."""
     page, store = review_page()
 
     def call(data: bytes) -> object:
-        end = data.find(targets.HEAD_END) + len(targets.HEAD_END)
-        if end < len(targets.HEAD_END) or end > _REVIEW.max_header_bytes:
-            return None  # the server waits for the rest of the head, or answers 431
-        request = targets.parse_head(data[:end])
-        if request is None:
-            return None  # 400 malformed
-        response = page.refuse(request)
-        if response is None and request.framed:
-            length = request.content_length or 0
-            if len(data) - end < length:
-                return None  # the server waits for the rest of the body
-            response = page.handle(replace(request, body=data[end : end + length]))
+        response = _served(page, data)
         if response is not None and response.status >= 500:
             raise UnexpectedAnswer(f"answered {response.status}")
         if store.verdict(REVIEW_ITEM.trace_id) is not None:
             # Put the item back unreviewed: every input starts from the same page.
             store.delete_older_than(math.inf)
             store.add(REVIEW_ITEM)
+        return response
+
+    return call
+
+
+def _otlp_http() -> Callable[[bytes], object]:
+    """One request to the OTLP/HTTP receiver (``/v1/traces``, ``/v1/logs``, ``/v1/labels``,
+    ``/v1/feedback``; gzip or not), whose spans and events go on into a running pipeline
+    of the default span assembly (no grace) and no detectors. A 503 is the full queue's
+    answer unless the pipeline died: a death is found at the input that killed it or the
+    next few (the pipeline thread takes the items in batches)."""
+    config = targets.load_config(None, environ={}).collectors
+    registry = CollectorRegistry()
+    assembly = targets.SpanAssembly(
+        config.spans.assembly.model_copy(update={"grace_s": 0.0}), config.spans.mapping
+    )
+    pipeline = targets.Pipeline(assembly, [], targets.PipelineMetrics(registry))
+    pipeline.start()
+    receiver = targets.OtlpHttpReceiver(config.otlp, pipeline)
+
+    def call(data: bytes) -> object:
+        response = _served(receiver, data)
+        if (response is not None and response.status == 500) or not pipeline.alive():
+            raise UnexpectedAnswer("the handler failed or the pipeline died")
         return response
 
     return call
@@ -197,6 +230,9 @@ HARNESSES: dict[str, Harness] = {
                 lambda: targets.parse_labels, modules=(targets.events,)),
         Harness("feedback", "parse_feedback", (targets.InvalidRecord,),
                 lambda: targets.parse_feedback, modules=(targets.events,)),
+        Harness("otlp_http", "OtlpHttpReceiver.refuse/handle, then the pipeline", (),
+                _otlp_http, max_len=HEAD_MAX + MAX_LEN,
+                modules=(targets.otlp_http, targets.assembly, targets.openinference)),
         Harness("review_page", "ReviewPage.refuse/handle", (), _review_page,
                 max_len=REVIEW_MAX_LEN,
                 modules=(targets.wire, targets.review_web, targets.review_form)),

@@ -120,7 +120,7 @@ def line_coverage(harness: Harness, corpus: list[Path]) -> dict[str, float]:
 
 def _print(outcome: Outcome) -> None:
     print(
-        f"{outcome.name}: {outcome.executions} executions, {outcome.exec_per_s} exec/s, "
+        f"{outcome.name} ({HARNESSES[outcome.name].entry}): {outcome.executions} executions, {outcome.exec_per_s} exec/s, "
         f"cov {outcome.cov}, ft {outcome.ft}, corpus {outcome.corpus}, "
         f"peak rss {outcome.peak_rss_mb} MB, exit {outcome.returncode}, "
         f"artifacts {len(outcome.artifacts)}"

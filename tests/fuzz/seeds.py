@@ -1,4 +1,4 @@
-"""Write the fuzz harnesses' seed corpora: ``python tests/fuzz/seeds.py``.
+"""Write the fuzz harnesses' seed corpora: ``python tests/fuzz/seeds.py [HARNESS...]``.
 
 The seeds are the test fixtures' inputs (the SDK export and the bodies the unit tests
 build, ``tests/testdata``), a few KB each, written to ``tests/fuzz/corpus/<harness>/``
@@ -7,6 +7,7 @@ under names that say what they are. Running it again rewrites them (the SDK expo
 
 from __future__ import annotations
 
+import gzip
 import struct
 import sys
 from pathlib import Path
@@ -137,6 +138,28 @@ def review_seeds() -> dict[str, bytes]:
     }
 
 
+def otlp_http_seeds() -> dict[str, bytes]:
+    traces, logs = trace_seeds(), logs_seeds()
+
+    def post(path: str, media: str, body: bytes, gzipped: bool = False) -> bytes:
+        encoding = "Content-Encoding: gzip\r\n" if gzipped else ""
+        body = gzip.compress(body, mtime=0) if gzipped else body
+        return (
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {media}\r\n{encoding}"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+
+    protobuf, json = "application/x-protobuf", "application/json"
+    return {
+        "traces.http": post("/v1/traces", protobuf, traces["one_span.pb"]),
+        "traces_json_gzip.http": post("/v1/traces", json, traces["value_kinds.json"], True),
+        "logs.http": post("/v1/logs", protobuf, logs["evaluations.pb"]),
+        "logs_json.http": post("/v1/logs", json, logs["evaluation.json"]),
+        "labels.http": post("/v1/labels", json, label_seeds()["trace.json"]),
+        "feedback.http": post("/v1/feedback", json, feedback_seeds()["click.json"]),
+    }
+
+
 def inspect_seeds() -> dict[str, bytes]:
     proto = sdk_request()
     as_json = to_otlp_json(proto)
@@ -172,14 +195,17 @@ def seeds() -> dict[str, dict[str, bytes]]:
         "kafka_logs": logs,
         "labels": label_seeds(),
         "feedback": feedback_seeds(),
+        "otlp_http": otlp_http_seeds(),
         "review_page": review_seeds(),
         "inspect_files": inspect_seeds(),
         "config": config_seeds(),
     }
 
 
-def main() -> None:
+def main(names: list[str]) -> None:
     for harness, files in seeds().items():
+        if names and harness not in names:
+            continue
         folder = CORPUS / harness
         folder.mkdir(parents=True, exist_ok=True)
         for name, data in files.items():
@@ -187,4 +213,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -8,24 +8,29 @@ caller catches and turns into a 4xx, a dead letter or a count.
 
 from __future__ import annotations
 
-# Modules are imported whole for the line coverage tests/fuzz/run.py reports.
-from collectors import inspect as inspect_command
 from collectors import (
+    assembly,
     inspect_missing,
     inspect_provenance,
     inspect_view,
     kafka,
     openinference,
     otlp,
+    otlp_http,
     otlp_logs,
     records,
     span_evaluations,
 )
+
+# Modules are imported whole for the line coverage tests/fuzz/run.py reports.
+from collectors import inspect as inspect_command
+from collectors.assembly import SpanAssembly
 from collectors.inspect import group_traces, read_otlp_file
 from collectors.inspect_provenance import inspect_trace
 from collectors.inspect_view import render, summary
 from collectors.kafka import decode_logs_record, decode_trace_record
 from collectors.otlp import PayloadError, decode_otlp_json, decode_otlp_proto
+from collectors.otlp_http import OtlpHttpReceiver
 from collectors.otlp_logs import decode_logs_json, decode_logs_proto
 from detectors.review import page as review_form
 from detectors.review import web as review_web
@@ -37,19 +42,29 @@ from monitor import config, events, trace
 from monitor.config import ConfigError, load_config
 from monitor.events import InvalidRecord, parse_feedback, parse_labels
 from monitor.http import wire
-from monitor.http.wire import HEAD_END, parse_head
+from monitor.http.service import HttpService
+from monitor.http.wire import HEAD_END, Response, parse_head
+from monitor.pipeline import Pipeline
+from monitor.pipeline_metrics import PipelineMetrics
 
 __all__ = [
     "HEAD_END",
     "SESSION_COOKIE",
     "ConfigError",
+    "HttpService",
     "InvalidRecord",
+    "OtlpHttpReceiver",
     "PayloadError",
+    "Pipeline",
+    "PipelineMetrics",
+    "Response",
     "ReviewContext",
     "ReviewHttpSettings",
     "ReviewItem",
     "ReviewPage",
     "ReviewStore",
+    "SpanAssembly",
+    "assembly",
     "config",
     "decode_logs_json",
     "decode_logs_proto",
@@ -68,6 +83,7 @@ __all__ = [
     "load_config",
     "openinference",
     "otlp",
+    "otlp_http",
     "otlp_logs",
     "parse_feedback",
     "parse_head",
