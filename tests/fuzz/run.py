@@ -10,8 +10,8 @@ the other. Its corpus grows under ``--work`` (not in the repository), seeded fro
 ``tests/fuzz/corpus/<harness>/`` and the crash inputs kept in
 ``tests/fuzz/regressions/<harness>/``; crash, timeout and out-of-memory inputs land in
 ``--work``/<harness>/artifacts/. Printed per harness: executions, executions a second,
-libFuzzer's coverage (``cov``: edges, ``ft``: features), the peak memory, the artifacts
-found, and (unless ``--no-coverage``) the line coverage of its decoding modules when
+libFuzzer's coverage (``cov``: edges, ``ft``: features), the peak memory, the slowest
+input, the artifacts found, and (unless ``--no-coverage``) the line coverage of its decoding modules when
 the final corpus is replayed under coverage.py.
 """
 
@@ -50,6 +50,7 @@ class Outcome:
     cov: int
     ft: int
     peak_rss_mb: int
+    slowest_s: int  # the slowest input, whole seconds
     corpus: int
     artifacts: list[Path]
     line_coverage: dict[str, float]
@@ -87,6 +88,7 @@ def fuzz(harness: Harness, work: Path, seconds: int, runs: int) -> Outcome:
         cov,
         ft,
         stats.get("peak_rss_mb", 0),
+        stats.get("slowest_unit_time_sec", 0),
         sum(1 for _ in corpus.iterdir()),
         found,
         {},
@@ -122,7 +124,8 @@ def _print(outcome: Outcome) -> None:
     print(
         f"{outcome.name} ({HARNESSES[outcome.name].entry}): {outcome.executions} executions, {outcome.exec_per_s} exec/s, "
         f"cov {outcome.cov}, ft {outcome.ft}, corpus {outcome.corpus}, "
-        f"peak rss {outcome.peak_rss_mb} MB, exit {outcome.returncode}, "
+        f"peak rss {outcome.peak_rss_mb} MB, slowest input {outcome.slowest_s} s, "
+        f"exit {outcome.returncode}, "
         f"artifacts {len(outcome.artifacts)}"
     )
     for path in outcome.artifacts:
