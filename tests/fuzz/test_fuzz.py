@@ -4,16 +4,13 @@ and a short run of each under atheris finds no crash, hang or memory breach (the
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.fuzz.harnesses import HARNESSES, RSS_LIMIT_MB, TIMEOUT_S, Harness
+from tests.fuzz.harnesses import HARNESSES, Harness
 from tests.fuzz.replay import inputs
-from tests.fuzz.run import REGRESSIONS, ROOT, SEEDS
+from tests.fuzz.run import REGRESSIONS, SEEDS, fuzz
 
 SMOKE_S = 3
 
@@ -47,19 +44,8 @@ def test_an_exception_other_than_a_refusal_breaks_the_invariant() -> None:
 def test_a_short_fuzzing_run_finds_no_crash(name: str, tmp_path: Path) -> None:
     """A few seconds of coverage-guided fuzzing from the seeds: exit 0, no crash artifact."""
     pytest.importorskip("atheris", reason="the fuzz extra")
-    harness = HARNESSES[name]
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    seeds = [str(d) for d in (SEEDS / name, REGRESSIONS / name) if d.is_dir()]
-    command = [
-        sys.executable, "-m", "tests.fuzz.fuzz", name, f"-max_total_time={SMOKE_S}",
-        f"-timeout={TIMEOUT_S}", f"-rss_limit_mb={RSS_LIMIT_MB}", f"-max_len={harness.max_len}",
-        f"-artifact_prefix={tmp_path}/", str(corpus), *seeds,
-    ]  # fmt: skip
-    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
-    run = subprocess.run(
-        command, cwd=ROOT, env=environment, capture_output=True, text=True, check=False
-    )
-    artifacts = [p.name for p in tmp_path.iterdir() if p.is_file()]
-    assert not artifacts, run.stderr[-4000:]
-    assert run.returncode == 0, run.stderr[-4000:]
+    outcome = fuzz(HARNESSES[name], tmp_path, SMOKE_S, runs=-1)
+    log = (tmp_path / name / "fuzz.log").read_text(errors="replace")[-4000:]
+    assert outcome.artifacts == [], log
+    assert outcome.returncode == 0, log
+    assert outcome.executions > 0, log
