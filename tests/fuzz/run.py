@@ -12,7 +12,8 @@ the other. Its corpus grows under ``--work`` (not in the repository), seeded fro
 ``--work``/<harness>/artifacts/. Printed per harness: executions, executions a second,
 libFuzzer's coverage (``cov``: edges, ``ft``: features), the peak memory, the slowest
 input, the artifacts found, and (unless ``--no-coverage``) the line coverage of its decoding modules when
-the final corpus is replayed under coverage.py.
+the final corpus is replayed under coverage.py; last, each module's line coverage by
+all the harnesses run together. ``--replay-only`` prints the coverage without fuzzing.
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ class Outcome:
     slowest_s: int  # the slowest input, whole seconds
     corpus: int
     artifacts: list[Path]
-    line_coverage: dict[str, float]
 
 
 def fuzz(harness: Harness, work: Path, seconds: int, runs: int) -> Outcome:
@@ -91,13 +91,15 @@ def fuzz(harness: Harness, work: Path, seconds: int, runs: int) -> Outcome:
         stats.get("slowest_unit_time_sec", 0),
         sum(1 for _ in corpus.iterdir()),
         found,
-        {},
     )
 
 
-def line_coverage(harness: Harness, corpus: list[Path]) -> dict[str, float]:
-    """Replay ``corpus`` in this process under coverage.py: per decoding module, the share
-    of its lines run (the crashing inputs among them are ``fuzz``'s to report)."""
+Lines = dict[str, tuple[set[int], set[int]]]  # module: (lines run, its statements)
+
+
+def line_coverage(harness: Harness, corpus: list[Path]) -> Lines:
+    """Replay ``corpus`` under coverage.py: per decoding module, the lines it ran and the
+    module's statements (the crashing inputs among them are ``fuzz``'s to report)."""
     import coverage
 
     files = {module.__name__: str(module.__file__) for module in harness.modules}
@@ -113,25 +115,29 @@ def line_coverage(harness: Harness, corpus: list[Path]) -> dict[str, float]:
         )  # fmt: skip
         measured = coverage.Coverage(data_file=str(data))
         measured.load()
-        shares = {}
+        lines: Lines = {}
         for module, path in files.items():
             _, statements, _, missing, _ = measured.analysis2(path)
-            shares[module] = 100.0 * (len(statements) - len(missing)) / max(len(statements), 1)
-    return shares
+            lines[module] = (set(statements) - set(missing), set(statements))
+    return lines
 
 
-def _print(outcome: Outcome) -> None:
+def _share(run: set[int], statements: set[int]) -> str:
+    return f"{100 * len(run) / max(len(statements), 1):.0f}%"
+
+
+def _print(outcome: Outcome, lines: Lines) -> None:
     print(
-        f"{outcome.name} ({HARNESSES[outcome.name].entry}): {outcome.executions} executions, {outcome.exec_per_s} exec/s, "
-        f"cov {outcome.cov}, ft {outcome.ft}, corpus {outcome.corpus}, "
-        f"peak rss {outcome.peak_rss_mb} MB, slowest input {outcome.slowest_s} s, "
-        f"exit {outcome.returncode}, "
+        f"{outcome.name} ({HARNESSES[outcome.name].entry}): {outcome.executions} executions, "
+        f"{outcome.exec_per_s} exec/s, cov {outcome.cov}, ft {outcome.ft}, "
+        f"corpus {outcome.corpus}, peak rss {outcome.peak_rss_mb} MB, "
+        f"slowest input {outcome.slowest_s} s, exit {outcome.returncode}, "
         f"artifacts {len(outcome.artifacts)}"
     )
     for path in outcome.artifacts:
         print(f"  artifact: {path}")
-    for module, share in outcome.line_coverage.items():
-        print(f"  lines run: {module} {share:.0f}%")
+    for module, (run, statements) in lines.items():
+        print(f"  lines run: {module} {_share(run, statements)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,20 +149,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "rag-fuzz",
                         help="grown corpora, logs and artifacts")  # fmt: skip
     parser.add_argument("--no-coverage", action="store_true", help="skip the line coverage")
+    parser.add_argument("--replay-only", action="store_true",
+                        help="no fuzzing: the line coverage of the corpora grown so far")  # fmt: skip
     parser.add_argument("--fresh", action="store_true", help="start from the seeds again")
     args = parser.parse_args(argv)
     failed = False
+    union: Lines = {}  # every harness's lines together, per module
     for name in args.harnesses or HARNESSES:
         harness = HARNESSES[name]
         if args.fresh:
             shutil.rmtree(args.work / name, ignore_errors=True)
-        outcome = fuzz(harness, args.work, args.seconds, args.runs)
+        outcome = None
+        if not args.replay_only:
+            outcome = fuzz(harness, args.work, args.seconds, args.runs)
+            failed |= outcome.returncode != 0 or bool(outcome.artifacts)
+        lines: Lines = {}
         if not args.no_coverage:
             dirs = [args.work / name / "corpus", SEEDS / name, REGRESSIONS / name]
-            outcome.line_coverage = line_coverage(harness, dirs)
-        _print(outcome)
+            lines = line_coverage(harness, dirs)
+        for module, (run, statements) in lines.items():
+            union.setdefault(module, (set(), statements))[0].update(run)
+        if outcome is None:
+            for module, (run, statements) in lines.items():
+                print(f"{name}: lines run: {module} {_share(run, statements)}")
+        else:
+            _print(outcome, lines)
         sys.stdout.flush()
-        failed |= outcome.returncode != 0 or bool(outcome.artifacts)
+    for module, (run, statements) in sorted(union.items()):
+        print(f"all harnesses: lines run: {module} {_share(run, statements)}")
     return 1 if failed else 0
 
 
