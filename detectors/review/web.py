@@ -57,6 +57,8 @@ Access = Literal["bearer", "cookie", "open", "token_link"]
 # A page for a few reviewers: this many forms of max_body_bytes in flight at once
 # (1 MiB at the default 64 KiB), far below what max_connections of them would hold.
 FORMS_IN_FLIGHT = 16
+# The page's query parameters (token, skip) with room to spare; a longer query is ignored.
+MAX_QUERY_FIELDS = 8
 
 
 def security_headers(nonce: str | None = None) -> dict[str, str]:
@@ -151,7 +153,7 @@ class ReviewPage(HttpService):
         return self._record(request, access)
 
     def _page(self, request: Request, access: Access) -> Response:
-        query = urllib.parse.parse_qs(request.query, max_num_fields=8)
+        query = _query(request.query)
         session = self._session(request)
         if access == "token_link" or "token" in query:
             # Trade the token in the address bar for a session cookie.
@@ -217,7 +219,7 @@ class ReviewPage(HttpService):
         if self._session(request) is not None:
             return "cookie"
         if request.method == "GET" and request.path == "/review":
-            offered = urllib.parse.parse_qs(request.query, max_num_fields=8).get("token", [""])
+            offered = _query(request.query).get("token", [""])
             if hmac.compare_digest(offered[0].encode(), self._token.encode()):
                 return "token_link"
         return None
@@ -247,6 +249,15 @@ class ReviewPage(HttpService):
         value = f"{session}.{self._mac('session', session)}"
         attributes = "HttpOnly; SameSite=Strict; Path=/review"
         return {"Set-Cookie": f"{SESSION_COOKIE}={value}; {attributes}"}
+
+
+def _query(raw: str) -> dict[str, list[str]]:
+    """The query string's parameters; none when it has more than ``MAX_QUERY_FIELDS``
+    fields (``parse_qs`` raises on them), as ``parse_skip`` drops malformed ids."""
+    try:
+        return urllib.parse.parse_qs(raw, max_num_fields=MAX_QUERY_FIELDS)
+    except ValueError:
+        return {}
 
 
 def _matches(given: str, expected: str) -> bool:

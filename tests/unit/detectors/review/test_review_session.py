@@ -1,4 +1,5 @@
-"""The review page's session and CSRF checks refuse any text a client sends, never fail on it."""
+"""The review page's session, CSRF and query handling refuse any text a client sends, never
+fail on it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from detectors.review.config import ReviewHttpSettings
 from detectors.review.model import ReviewContext, ReviewItem
 from detectors.review.store import ReviewStore
-from detectors.review.web import SESSION_COOKIE, ReviewPage
+from detectors.review.web import MAX_QUERY_FIELDS, SESSION_COOKIE, ReviewPage
 from monitor.http.wire import Request
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -28,8 +29,10 @@ def page(tmp_path: Path) -> Iterator[ReviewPage]:
     store.close()
 
 
-def _request(method: str, path: str, headers: dict[str, str], body: bytes = b"") -> Request:
-    return Request(method, path, headers, len(body), keep_alive=True, body=body)
+def _request(
+    method: str, path: str, headers: dict[str, str], body: bytes = b"", query: str = ""
+) -> Request:
+    return Request(method, path, headers, len(body), keep_alive=True, body=body, query=query)
 
 
 def test_a_cookie_with_non_ascii_characters_is_refused_401(page: ReviewPage) -> None:
@@ -39,6 +42,18 @@ def test_a_cookie_with_non_ascii_characters_is_refused_401(page: ReviewPage) -> 
     response = page.refuse(_request("GET", "/review", {"cookie": cookie}))
     assert response is not None
     assert response.status == 401
+
+
+def test_a_query_with_too_many_fields_is_ignored_not_failed(page: ReviewPage) -> None:
+    """A query over MAX_QUERY_FIELDS fields carries no token (401) and no skip list (the
+    page is shown), instead of failing the request."""
+    query = "token=token" + "&" * MAX_QUERY_FIELDS
+    refused = page.refuse(_request("GET", "/review", {}, query=query))
+    assert refused is not None
+    assert refused.status == 401
+    bearer = _request("GET", "/review", {"authorization": "Bearer token"}, query=query)
+    assert page.refuse(bearer) is None
+    assert page.handle(bearer).status == 200
 
 
 def test_a_csrf_field_with_non_ascii_characters_is_refused_403(page: ReviewPage) -> None:
