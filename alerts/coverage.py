@@ -23,6 +23,7 @@ from monitor.names import (
     DERIVED_DOCUMENT_IDS_TOTAL,
     FIELDS_TOTAL,
     MISSING_INPUTS_TOTAL,
+    OTHER_INSTRUMENTATIONS_TOTAL,
     missing_lower_bound,
     missing_ratio,
     requests_count,
@@ -106,8 +107,8 @@ def rules(config: Config, components: Sequence[DetectorComponent]) -> RuleFragme
 
 def rows(guardrails: GuardrailsConfig) -> list[Row]:
     """What the monitor sees: the share of requests carrying each field, per instrumentation,
-    the traces it could not read as requests, the traces each detector could not judge, and
-    documents whose id it derived."""
+    the scopes counted as other by name, the traces it could not read as requests, the
+    traces each detector could not judge, and documents whose id it derived."""
     window = guardrails.coverage_window
 
     def seen(matchers: str) -> str:
@@ -126,6 +127,15 @@ def rows(guardrails: GuardrailsConfig) -> list[Row]:
             "the mapping: it prints. field request counts every trace, those that could not "
             "be read as a request at all included.",
             width=24,
+        ),
+        Panel(
+            "Instrumentation scopes counted as other",
+            [(panel_rate(OTHER_INSTRUMENTATIONS_TOTAL, by="scope"), "{{scope}}")],
+            unit="ops",
+            description='The instrumentation scopes behind instrumentation="other" above '
+            "(not in service.instrumentations), by name: add a scope there to see its "
+            "coverage by name (rag-monitor inspect prints the snippet).",
+            width=8,
         ),
         Panel(
             "Traces not read as requests, by instrumentation",

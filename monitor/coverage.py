@@ -11,7 +11,9 @@ generated ``RagTraceFieldMissing`` ticket watches exactly those (``alerts/covera
 
 The instrumentation label is bounded like the variant: an allow-list
 (``service.instrumentations``), ``other`` beyond it, ``none`` for a trace without a scope
-name (a ``rag-trace/1`` record, a span from an unnamed tracer).
+name (a ``rag-trace/1`` record, a span from an unnamed tracer). Which scopes ``other``
+stands for is counted beside, by name (``rag_trace_other_instrumentations_total``, the
+first ``MAX_INSTRUMENTATIONS`` names): the names to add to the allow-list.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from monitor.names import DERIVED_DOCUMENT_IDS_TOTAL, FIELDS_TOTAL
+from monitor.names import DERIVED_DOCUMENT_IDS_TOTAL, FIELDS_TOTAL, OTHER_INSTRUMENTATIONS_TOTAL
 from monitor.trace import STAGES, RagTrace
-from monitor.variants import bounded_label
+from monitor.variants import LABEL_VALUE, OTHER, bounded_label
 
 REQUEST: Final = "request"  # the field a trace lacks when it could not be read as a request
 
@@ -89,6 +91,12 @@ _FIELDS_HELP = (
     'else other; none without a scope); field="request", present="false" counts '
     "traces that could not be read as a request at all (not_rag)."
 )
+_OTHER_HELP = (
+    "Production traces (requests, and traces not read as one) whose instrumentation scope "
+    "field coverage counts as other, by the scope's name: add it to "
+    "service.instrumentations to see its coverage by name (the first "
+    f"{MAX_INSTRUMENTATIONS} names; later ones, and names that are no label value, as other)."
+)
 _DERIVED_HELP = (
     "Documents of production requests that came without an id: the mapping derived "
     "one from their text (still contexts; no label or gold set can name them)."
@@ -123,6 +131,8 @@ class FieldCoverage(Collector):
         self._allowed = frozenset(instrumentations)
         self._present = tuple(PRESENT.values())
         self._tallies: dict[str, _Tally] = {}
+        # The scope names behind the label other: name -> (traces, first seen).
+        self._folded: dict[str, tuple[int, float]] = {}
         self._lock = threading.Lock()  # the pipeline thread counts, a scrape reads
         registry.register(self)
 
@@ -137,6 +147,8 @@ class FieldCoverage(Collector):
                 tally.created = time.time()
             tally.patterns[pattern] = tally.patterns.get(pattern, 0) + 1
             tally.derived += derived
+            if label == OTHER:
+                self._fold(trace.instrumentation)
 
     def unreadable(self, instrumentation: str | None) -> None:
         """Count a trace that could not be read as a RAG request."""
@@ -146,6 +158,16 @@ class FieldCoverage(Collector):
             if tally.unreadable_created is None:
                 tally.unreadable_created = time.time()
             tally.unreadable += 1
+            if label == OTHER:
+                self._fold(instrumentation)
+
+    def _fold(self, scope: str | None) -> None:
+        """Count one trace under the name of a scope counted as other (lock held)."""
+        name = scope if scope is not None and LABEL_VALUE.match(scope) else OTHER
+        if name not in self._folded and len(self._folded) >= MAX_INSTRUMENTATIONS:
+            name = OTHER
+        traces, created = self._folded.get(name, (0, time.time()))
+        self._folded[name] = (traces + 1, created)
 
     def _tally(self, label: str) -> _Tally:
         tally = self._tallies.get(label)
@@ -157,8 +179,10 @@ class FieldCoverage(Collector):
         return list(self._families())
 
     def collect(self) -> Iterator[Metric]:
-        fields, derived = self._families()
+        fields, derived, folded = self._families()
         with self._lock:
+            for scope, (traces, first_seen) in self._folded.items():
+                folded.add_metric([scope], traces, created=first_seen)
             tallies = [
                 (label, tally.created, dict(tally.patterns), tally.derived, tally.unreadable,
                  tally.unreadable_created)
@@ -185,9 +209,10 @@ class FieldCoverage(Collector):
             derived.add_metric([label], documents, created=created)
         yield fields
         yield derived
+        yield folded
 
     @staticmethod
-    def _families() -> tuple[CounterMetricFamily, CounterMetricFamily]:
+    def _families() -> tuple[CounterMetricFamily, CounterMetricFamily, CounterMetricFamily]:
         return (
             CounterMetricFamily(
                 FIELDS_TOTAL, _FIELDS_HELP, labels=["field", "present", "instrumentation"]
@@ -195,4 +220,5 @@ class FieldCoverage(Collector):
             CounterMetricFamily(
                 DERIVED_DOCUMENT_IDS_TOTAL, _DERIVED_HELP, labels=["instrumentation"]
             ),
+            CounterMetricFamily(OTHER_INSTRUMENTATIONS_TOTAL, _OTHER_HELP, labels=["scope"]),
         )

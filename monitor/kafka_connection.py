@@ -1,6 +1,6 @@
 """The Kafka connection every Kafka client of the sidecar shares: the brokers, the
 security settings and the consumer tuning. It is read from ``collectors.kafka``, whose
-model (``collectors/kafka_config.py``) extends it with the collector's own settings.
+model (``collectors/kafka/config.py``) extends it with the collector's own settings.
 
 kafka-python takes one flat bag of settings. The configuration splits it in
 two so that each setting has one place: ``security`` (protocol, SASL, SSL),

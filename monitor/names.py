@@ -37,6 +37,8 @@ ANNOTATIONS_TOTAL = "rag_faithfulness_annotations_total"
 
 FIELDS_TOTAL = "rag_trace_fields_total"  # by field, present and instrumentation
 DERIVED_DOCUMENT_IDS_TOTAL = "rag_trace_derived_document_ids_total"  # by instrumentation
+# by scope: the names behind instrumentation="other"
+OTHER_INSTRUMENTATIONS_TOTAL = "rag_trace_other_instrumentations_total"
 MISSING_INPUTS_TOTAL = "rag_monitor_detector_missing_inputs_total"  # by detector and field
 
 
@@ -97,6 +99,6 @@ RETRIEVAL_RECALL = "rag_retrieval_recall"  # histogram, label k
 
 # --- read by the core, declared by a collector ------------------------------------------
 
-# The Kafka collector's gauge (collectors/kafka.py), by topic and partition, spelled here
+# The Kafka collector's gauge (collectors/kafka/collector.py), by topic and partition, spelled here
 # because the health row of the dashboard (alerts/health.py) reads it.
 KAFKA_LAG_RECORDS = "rag_monitor_kafka_lag_records"

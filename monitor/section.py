@@ -19,7 +19,8 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-def _all_compile(patterns: list[str]) -> list[str]:
+def all_compile(patterns: list[str]) -> list[str]:
+    """``patterns``, once each compiles as a regular expression."""
     for pattern in patterns:
         try:
             re.compile(pattern)
@@ -28,5 +29,5 @@ def _all_compile(patterns: list[str]) -> list[str]:
     return patterns
 
 
-Patterns = Annotated[list[str], AfterValidator(_all_compile)]
+Patterns = Annotated[list[str], AfterValidator(all_compile)]
 """A config value of regular expressions, each checked to compile when the config loads."""

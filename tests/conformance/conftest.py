@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -70,22 +71,20 @@ class Conformance:
         return sample(self.sidecar.registry, name, **labels)
 
 
-@pytest.fixture
-def conformance(request: pytest.FixtureRequest) -> Iterator[Conformance]:
-    """A sidecar with a recording detector and a ``TracerProvider`` exporting to it.
-
-    Config sections given by indirect parametrization are merged into the defaults.
-    """
+@contextmanager
+def running_sidecar(sections: dict[str, Any]) -> Iterator[Conformance]:
+    """A sidecar with a recording detector and a ``TracerProvider`` exporting to it, with
+    ``sections`` merged into the conformance defaults."""
     recorder = RecordingDetector()
-    sections: dict[str, Any] = {
+    merged: dict[str, Any] = {
         "collectors": {
             "otlp": {"grpc": {"enabled": False}},
             "spans": {"assembly": {"grace_s": 0.3}},
         },
         "detectors": {"faithfulness": {"enabled": False}, "drift": {"enabled": False}},
     }
-    merge_sections(sections, getattr(request, "param", {}))
-    config = make_config(**sections)
+    merge_sections(merged, sections)
+    config = make_config(**merged)
     sidecar = Sidecar(config, CollectorRegistry(), extra_detectors=[recorder])
     sidecar.start()
     assert sidecar.http is not None
@@ -97,6 +96,14 @@ def conformance(request: pytest.FixtureRequest) -> Iterator[Conformance]:
     finally:
         provider.shutdown()
         sidecar.shutdown()
+
+
+@pytest.fixture
+def conformance(request: pytest.FixtureRequest) -> Iterator[Conformance]:
+    """A running sidecar (``running_sidecar``); config sections given by indirect
+    parametrization are merged into the defaults."""
+    with running_sidecar(getattr(request, "param", {})) as running:
+        yield running
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from opentelemetry.instrumentation.langchain import LangchainInstrumentor
 from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 from opentelemetry.instrumentation.utils import unwrap
 
-from collectors.span_documents import derived_id
+from collectors.spans.documents import derived_id
 from monitor.trace import RagTrace, Usage
 from tests.conformance.conftest import Conformance, instrumented
 from tests.conformance.fake_openai import FakeOpenAI, Reply

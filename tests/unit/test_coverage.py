@@ -10,12 +10,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from alerts.coverage import needed_fields
-from collectors.assembly import SpanAssembly
-from collectors.otlp import Span
-from collectors.spans_config import AssemblyConfig, MappingConfig
+from collectors.spans.assembly import SpanAssembly
+from collectors.spans.config import AssemblyConfig, MappingConfig
+from collectors.spans.span import Span
 from monitor.components import load_components
 from monitor.config import Config, ConfigError, load_config
-from monitor.coverage import FIELDS, PRESENT, FieldCoverage
+from monitor.coverage import FIELDS, MAX_INSTRUMENTATIONS, PRESENT, FieldCoverage
 from monitor.intake import SpanBatch, WholeTrace
 from monitor.pipeline import Pipeline
 from monitor.pipeline_metrics import PipelineMetrics
@@ -182,3 +182,27 @@ def test_instrumentation_allow_list_refuses_reserved_and_bad_values(value: str) 
 def test_default_config_lists_the_conformance_instrumentations() -> None:
     """The default allow-list holds the scope names of the instrumentations we test."""
     assert KNOWN in Config().service.instrumentations
+
+
+def test_the_scopes_counted_as_other_are_named_up_to_the_bound() -> None:
+    """Requests and unreadable traces of scopes outside the list are counted by scope name
+    (the first MAX_INSTRUMENTATIONS names); later names and names that are no label value
+    count as other; listed scopes are not counted there."""
+    registry = CollectorRegistry()
+    coverage = FieldCoverage(registry, [KNOWN])
+    coverage.observe(RagTrace("e5", T0, "otlp", instrumentation="acme.tracer.0"))
+    coverage.unreadable("acme.tracer.0")
+    for n in range(1, MAX_INSTRUMENTATIONS + 10):
+        coverage.observe(RagTrace(f"{n:x}", T0, "otlp", instrumentation=f"acme.tracer.{n}"))
+    coverage.unreadable("acme tracer with spaces")
+    coverage.observe(FULL)
+    folded = {
+        s.labels["scope"]: s.value
+        for family in registry.collect()
+        for s in family.samples
+        if s.name == "rag_trace_other_instrumentations_total"
+    }
+    assert folded["acme.tracer.0"] == 2
+    assert len(folded) == MAX_INSTRUMENTATIONS + 1
+    assert folded["other"] == 10 + 1
+    assert KNOWN not in folded

@@ -21,9 +21,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceS
 from opentelemetry.sdk.trace.export import SpanExportResult
 from prometheus_client import CollectorRegistry
 
-from collectors.otlp_config import OtlpConfig
-from collectors.otlp_grpc import OtlpGrpcReceiver
-from collectors.otlp_http import OtlpHttpReceiver
+from collectors.otlp.config import OtlpConfig
+from collectors.otlp.grpc import OtlpGrpcReceiver
+from collectors.otlp.http import OtlpHttpReceiver
 from detectors.review.config import ReviewHttpSettings
 from detectors.review.store import ReviewStore
 from detectors.review.web import FORMS_IN_FLIGHT, ReviewPage
@@ -32,7 +32,7 @@ from monitor.http.inflight import OTLP_DECODE_FACTOR, ByteBudget, shared_budget
 from monitor.intake import WorkItem
 from tests.conftest import sample, sdk_request, wait_until
 from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for
-from tests.unit.collectors.test_otlp_http import (
+from tests.unit.collectors.otlp.test_http import (
     SinkConsumer,
     closed_by_server,
     export_head,

@@ -15,7 +15,17 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("monitor", "collectors", "detectors", "alerts", "demo")
 # What a package may import beside itself and the core: the demo's live view evaluates the
 # rules ``rag-monitor rules`` generates (``alerts.rules.build_rules``), never its own copy.
-MAY_ALSO_IMPORT = {"demo": ("alerts",)}
+# The collectors' packages stand on one another in one order: spans (the span model and
+# the mapping), then otlp (decoding and the intake step), then kafka and inspect; the
+# collectors' metric names are one module beside them.
+MAY_ALSO_IMPORT = {
+    "demo": ("alerts",),
+    "collectors": ("collectors.names",),
+    "collectors.spans": (),
+    "collectors.otlp": ("collectors.spans", "collectors.names"),
+    "collectors.kafka": ("collectors.otlp", "collectors.spans", "collectors.names"),
+    "collectors.inspect": ("collectors.otlp", "collectors.spans"),
+}
 
 
 def _imports(path: Path) -> Iterator[tuple[int, str]]:
@@ -29,12 +39,16 @@ def _imports(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def _owner(path: Path) -> str:
-    """``monitor``, ``collectors``, ``alerts``, ``demo``, or ``detectors.<name>`` for a
-    detector package."""
+    """``monitor``, ``alerts``, ``demo``, ``detectors.<name>`` for a detector package,
+    ``collectors.<name>`` for a collector package, ``collectors`` for a module beside them."""
     parts = path.relative_to(ROOT).parts
-    if parts[0] == "detectors" and len(parts) > 2:
-        return f"detectors.{parts[1]}"
+    if parts[0] in ("detectors", "collectors") and len(parts) > 2:
+        return f"{parts[0]}.{parts[1]}"
     return parts[0]
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
 
 
 def _allowed(owner: str, module: str) -> bool:
@@ -43,8 +57,10 @@ def _allowed(owner: str, module: str) -> bool:
         return True  # the standard library and third-party packages
     if top == "monitor":
         return True  # the core: everyone may import it
-    if owner.startswith("detectors."):
-        return module == owner or module.startswith(owner + ".")
+    if owner.startswith(("detectors.", "collectors")):
+        # A module beside the collectors' packages (owner ``collectors``) is no package.
+        own = () if owner == "collectors" else (owner,)
+        return any(_within(module, within) for within in (*own, *MAY_ALSO_IMPORT.get(owner, ())))
     return top == owner or top in MAY_ALSO_IMPORT.get(owner, ())
 
 
@@ -61,14 +77,15 @@ def _violations() -> list[str]:
 
 def test_imports_follow_the_layers() -> None:
     """monitor imports no component nor the demo; collectors, each detector and alerts import
-    only the core; the demo imports the core and alerts."""
+    only the core; the demo imports the core and alerts; within collectors, spans, otlp and
+    then kafka and inspect stand on one another in that order."""
     assert _violations() == []
 
 
 @pytest.mark.parametrize(
     ("owner", "module", "allowed"),
     [
-        ("monitor", "collectors.assembly", False),
+        ("monitor", "collectors.spans.assembly", False),
         ("monitor", "detectors.drift.report", False),
         ("monitor", "alerts.rules", False),
         ("collectors", "monitor.pipeline", True),
@@ -77,7 +94,7 @@ def test_imports_follow_the_layers() -> None:
         ("detectors.cost", "detectors.cost.config", True),
         ("detectors.cost", "detectors.latency.config", False),
         ("detectors.cost", "detectors", False),
-        ("detectors.cost", "collectors.records", False),
+        ("detectors.cost", "collectors.kafka.records", False),
         ("alerts", "monitor.components", True),
         ("alerts", "detectors.drift.alerting", False),
         ("alerts", "demo.run", False),
@@ -87,7 +104,16 @@ def test_imports_follow_the_layers() -> None:
         ("demo", "monitor.sidecar", True),
         ("demo", "alerts.rules", True),
         ("demo", "detectors.drift.config", False),
-        ("demo", "collectors.otlp_http", False),
+        ("demo", "collectors.otlp.http", False),
+        ("collectors.spans", "collectors.otlp.decode", False),
+        ("collectors.spans", "collectors.spans.span", True),
+        ("collectors.otlp", "collectors.spans.span", True),
+        ("collectors.otlp", "collectors.kafka.records", False),
+        ("collectors.kafka", "collectors.otlp.intake", True),
+        ("collectors.kafka", "collectors.inspect.command", False),
+        ("collectors.inspect", "collectors.spans.openinference", True),
+        ("collectors.otlp", "collectors.inspect.view", False),
+        ("collectors", "collectors.otlp.http", False),
     ],
     ids=str,
 )

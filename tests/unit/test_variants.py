@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from collectors.assembly import SpanAssembly
+from collectors.spans.assembly import SpanAssembly
 from detectors.cost.config import CostConfig
 from detectors.cost.detector import CostDetector
 from detectors.faithfulness import FaithfulnessDetector

@@ -11,9 +11,9 @@ from typing import Any
 from prometheus_client import Counter
 from pydantic import Field
 
-from collectors.otlp import PayloadError, decode_otlp_json
+from collectors.otlp import intake
 from monitor.components import CollectorComponent, CollectorContext, Receiver
-from monitor.intake import Consumer, SpanBatch
+from monitor.intake import Consumer
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.section import Section
 
@@ -70,12 +70,16 @@ class ToyFileReceiver:
                 if not line.endswith(b"\n"):
                     break  # a line still being written: read it whole next time
                 self._offset += len(line)
+                # The intake step the built-in collectors share: a batch, or a refusal.
                 try:
-                    spans = decode_otlp_json(line).spans
-                except PayloadError:
+                    batch, _ = intake.spans(line, True, "otlp", self._consumer.metrics)
+                except intake.Invalid:
                     self._lines.labels("invalid").inc()
                     continue
-                self._consumer.submit(SpanBatch(spans, "otlp"), timeout=2.0)
+                except intake.Empty:
+                    self._lines.labels("ok").inc()
+                    continue
+                self._consumer.submit(batch, timeout=2.0)
                 self._lines.labels("ok").inc()
 
 

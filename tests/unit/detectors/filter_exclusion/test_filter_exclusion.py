@@ -44,7 +44,7 @@ class FakeClock:
 
 
 def trace_of(record: dict[str, Any]) -> RagTrace:
-    from collectors.records import rag_trace_from_document
+    from collectors.kafka.records import rag_trace_from_document
 
     return rag_trace_from_document(record, "kafka")
 
