@@ -79,15 +79,16 @@ def _opened(harness: Harness) -> Callable[[bytes], object]:
 
 
 def _kafka_trace(payload_format: str) -> Callable[[], Callable[[bytes], object]]:
-    def call(data: bytes) -> object:
-        return targets.decode_trace_record(data, payload_format)  # type: ignore[arg-type]
+    def opened() -> Callable[[bytes], object]:
+        metrics = targets.PipelineMetrics(CollectorRegistry())
+        return lambda data: targets.decode_trace_record(data, payload_format, metrics)  # type: ignore[arg-type]
 
-    return lambda: call
+    return opened
 
 
 def _kafka_logs() -> Callable[[bytes], object]:
-    registry = CollectorRegistry()
-    return lambda data: targets.decode_logs_record(data, registry)
+    metrics = targets.PipelineMetrics(CollectorRegistry())
+    return lambda data: targets.decode_logs_record(data, metrics)
 
 
 def _scratch_file(suffix: str) -> Path:
@@ -200,9 +201,10 @@ def _otlp_http() -> Callable[[bytes], object]:
 
 _OTLP = (targets.otlp,)
 _LOGS = (targets.otlp, targets.otlp_logs, targets.span_evaluations)
-_KAFKA = (targets.kafka, targets.otlp, targets.records, targets.events)
+_KAFKA = (targets.records, targets.intake, targets.otlp, targets.events)
 _TRACE_REFUSALS = (targets.PayloadError,)
-_KAFKA_REFUSALS = (targets.InvalidRecord, targets.PayloadError)  # KafkaCollector._handle's
+# KafkaCollector._handle's: each becomes a dead letter (or a count, without a topic)
+_KAFKA_REFUSALS = (targets.intake.Refusal,)
 
 HARNESSES: dict[str, Harness] = {
     h.name: h

@@ -28,8 +28,8 @@ from tests.conftest import (  # noqa: E402
     worked_example_records,
 )
 from tests.fuzz.harnesses import REVIEW_ITEM, REVIEW_TOKEN, review_page  # noqa: E402
-from tests.unit.collectors.test_kafka_decode import EVALUATION, _json_logs  # noqa: E402
-from tests.unit.collectors.test_otlp_logs import logs_request  # noqa: E402
+from tests.unit.collectors.kafka.test_record_formats import EVALUATION, _json_logs  # noqa: E402
+from tests.unit.collectors.otlp.test_logs import logs_request  # noqa: E402
 
 TESTDATA = ROOT / "tests" / "testdata"
 CORPUS = Path(__file__).resolve().parent / "corpus"

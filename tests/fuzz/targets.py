@@ -8,30 +8,26 @@ caller catches and turns into a 4xx, a dead letter or a count.
 
 from __future__ import annotations
 
-from collectors import (
-    assembly,
-    inspect_missing,
-    inspect_provenance,
-    inspect_view,
-    kafka,
-    openinference,
-    otlp,
-    otlp_http,
-    otlp_logs,
-    records,
-    span_evaluations,
-)
-
 # Modules are imported whole for the line coverage tests/fuzz/run.py reports.
-from collectors import inspect as inspect_command
-from collectors.assembly import SpanAssembly
-from collectors.inspect import group_traces, read_otlp_file
-from collectors.inspect_provenance import inspect_trace
-from collectors.inspect_view import render, summary
-from collectors.kafka import decode_logs_record, decode_trace_record
-from collectors.otlp import PayloadError, decode_otlp_json, decode_otlp_proto
-from collectors.otlp_http import OtlpHttpReceiver
-from collectors.otlp_logs import decode_logs_json, decode_logs_proto
+from collectors.inspect import command as inspect_command
+from collectors.inspect import missing as inspect_missing
+from collectors.inspect import provenance as inspect_provenance
+from collectors.inspect import view as inspect_view
+from collectors.inspect.command import group_traces, read_otlp_file
+from collectors.inspect.provenance import inspect_trace
+from collectors.inspect.view import render, summary
+from collectors.kafka import records
+from collectors.kafka.records import decode_logs_record, decode_trace_record
+from collectors.otlp import decode as otlp
+from collectors.otlp import http as otlp_http
+from collectors.otlp import intake
+from collectors.otlp import logs as otlp_logs
+from collectors.otlp.decode import PayloadError, decode_otlp_json, decode_otlp_proto
+from collectors.otlp.http import OtlpHttpReceiver
+from collectors.otlp.logs import decode_logs_json, decode_logs_proto
+from collectors.spans import assembly, openinference
+from collectors.spans import evaluations as span_evaluations
+from collectors.spans.assembly import SpanAssembly
 from detectors.review import page as review_form
 from detectors.review import web as review_web
 from detectors.review.config import ReviewHttpSettings
@@ -79,7 +75,7 @@ __all__ = [
     "inspect_provenance",
     "inspect_trace",
     "inspect_view",
-    "kafka",
+    "intake",
     "load_config",
     "openinference",
     "otlp",
