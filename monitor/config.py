@@ -184,7 +184,7 @@ def load_config(path: Path | None = None, environ: Mapping[str, str] | None = No
     if path is not None:
         try:
             raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
             raise ConfigError(source, [f"cannot read: {exc}"]) from exc
         if not isinstance(raw, dict):
             raise ConfigError(source, ["the top level must be a mapping"])

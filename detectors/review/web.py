@@ -57,6 +57,8 @@ Access = Literal["bearer", "cookie", "open", "token_link"]
 # A page for a few reviewers: this many forms of max_body_bytes in flight at once
 # (1 MiB at the default 64 KiB), far below what max_connections of them would hold.
 FORMS_IN_FLIGHT = 16
+# The page's query parameters (token, skip) with room to spare; a longer query is ignored.
+MAX_QUERY_FIELDS = 8
 
 
 def security_headers(nonce: str | None = None) -> dict[str, str]:
@@ -151,7 +153,7 @@ class ReviewPage(HttpService):
         return self._record(request, access)
 
     def _page(self, request: Request, access: Access) -> Response:
-        query = urllib.parse.parse_qs(request.query, max_num_fields=8)
+        query = _query(request.query)
         session = self._session(request)
         if access == "token_link" or "token" in query:
             # Trade the token in the address bar for a session cookie.
@@ -190,9 +192,7 @@ class ReviewPage(HttpService):
         # A bearer token is never sent by a browser on its own, so only cookie sessions
         # (which a browser does attach) need the CSRF field.
         session = self._session(request)
-        if access != "bearer" and (
-            session is None or not hmac.compare_digest(form.csrf, self._csrf(session))
-        ):
+        if access != "bearer" and (session is None or not _matches(form.csrf, self._csrf(session))):
             return self._refusal_page(403, "the form's session field is missing or stale", "csrf")
         recorded = self.store.record(form.verdict)
         if recorded is None:
@@ -219,7 +219,7 @@ class ReviewPage(HttpService):
         if self._session(request) is not None:
             return "cookie"
         if request.method == "GET" and request.path == "/review":
-            offered = urllib.parse.parse_qs(request.query, max_num_fields=8).get("token", [""])
+            offered = _query(request.query).get("token", [""])
             if hmac.compare_digest(offered[0].encode(), self._token.encode()):
                 return "token_link"
         return None
@@ -231,7 +231,7 @@ class ReviewPage(HttpService):
             if name != SESSION_COOKIE:
                 continue
             session, _, mac = value.partition(".")
-            if session and hmac.compare_digest(mac, self._mac("session", session)):
+            if session and _matches(mac, self._mac("session", session)):
                 return session
         return None
 
@@ -249,6 +249,21 @@ class ReviewPage(HttpService):
         value = f"{session}.{self._mac('session', session)}"
         attributes = "HttpOnly; SameSite=Strict; Path=/review"
         return {"Set-Cookie": f"{SESSION_COOKIE}={value}; {attributes}"}
+
+
+def _query(raw: str) -> dict[str, list[str]]:
+    """The query string's parameters; none when it has more than ``MAX_QUERY_FIELDS``
+    fields (``parse_qs`` raises on them), as ``parse_skip`` drops malformed ids."""
+    try:
+        return urllib.parse.parse_qs(raw, max_num_fields=MAX_QUERY_FIELDS)
+    except ValueError:
+        return {}
+
+
+def _matches(given: str, expected: str) -> bool:
+    """Compared in constant time as bytes: ``compare_digest`` raises on a ``str`` that is not
+    ASCII, and a cookie or form field can hold any character."""
+    return hmac.compare_digest(given.encode(), expected.encode())
 
 
 def _route(path: str) -> Literal["page", "verdict"] | None:

@@ -118,6 +118,14 @@ def test_unreadable_yaml_is_a_config_error(tmp_path: Path) -> None:
         load_config(path, environ={})
 
 
+def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    """A configuration file with bytes that are not UTF-8 is refused with a message."""
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"m\xffapping: {}\n")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(path, environ={})
+
+
 def test_explain_lists_every_leaf_key_with_a_description() -> None:
     """check-config --explain covers every key and none lacks a description."""
     lines = list(explain())
