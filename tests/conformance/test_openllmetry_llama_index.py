@@ -16,9 +16,9 @@ span in our runs (the other spans came without their root).
 
 from __future__ import annotations
 
-import io
+import subprocess
+import sys
 import time
-from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,6 @@ from opentelemetry.instrumentation.llamaindex import LlamaIndexInstrumentor
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from monitor.cli import main as rag_monitor
 from monitor.names import FIELDS_TOTAL
 from monitor.trace import RagTrace, Usage
 from tests.conformance.conftest import Conformance, running_sidecar
@@ -42,7 +41,7 @@ from tests.conformance.llama_index_app import (
     Answered,
     RagApp,
 )
-from tests.conftest import wait_until
+from tests.conftest import REPO, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -77,10 +76,13 @@ def inspect_snippet(spans: Any, tmp_path: Path) -> tuple[str, dict[str, Any]]:
     the merged ``mapping:`` snippet of its summary, as a user would paste it."""
     path = tmp_path / "traces.otlp"
     path.write_bytes(encode_spans(spans).SerializeToString())
-    printed = io.StringIO()
-    with redirect_stdout(printed):
-        assert rag_monitor(["inspect", str(path)]) == 0
-    text = printed.getvalue()
+    # Its own process, as a user runs it: the command configures logging process-wide.
+    shown = subprocess.run(
+        [sys.executable, "-m", "monitor", "inspect", str(path)],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
     summary = text[text.rindex("\n" + f"{N} trace(s)") :]
     snippet = summary[summary.index("suggested mapping") :].split("\n", 1)[1]
     return text, yaml.safe_load(snippet)

@@ -136,22 +136,28 @@ def has_data(prometheus: str, promql: str) -> bool:
 
 
 def reviewed_at_random(sidecar: Sidecar) -> bool:
-    """A reviewer says yes to each unreviewed random-stratum item the faithfulness judge
-    scored, as the review page records a verdict; True once one of those carried the
-    evaluation's outcome too: both judges' corrected shares then rest on reviews."""
+    """A reviewer says yes to each unreviewed random-stratum item a judge has judged (the
+    faithfulness judge scored it, or it carries the evaluation's verdict), as the review
+    page records a verdict; True once the reviews rest on both judges: a reviewed item the
+    faithfulness judge scored and one with the evaluation's outcome. Not one item with
+    both: the faithfulness judge samples within its budget and may never score the one
+    request a round that carries the evaluation's verdict."""
     [detector] = [d for d in sidecar.pipeline._detectors if isinstance(d, ReviewDetector)]
     store = detector.store
     assert store is not None
-    waiting: list[str] = []  # not drawn at random, or not scored yet
+    waiting: list[str] = []  # not drawn at random, or not judged yet
     while (item := store.next_unreviewed(waiting)) is not None:
-        if "random" not in item.strata or item.hhem_score is None:
+        if "random" not in item.strata or (item.hhem_score is None and not item.evaluations):
             waiting.append(item.trace_id)
             continue
         verdict = Verdict(item.trace_id, "yes")
         recorded = store.record(verdict)
         assert recorded is not None
         detector.on_verdict(recorded, verdict)
-    return any(item.evaluations for item, _ in store.reviewed())
+    reviewed = [item for item, _ in store.reviewed()]
+    return any(item.evaluations for item in reviewed) and any(
+        item.hhem_score is not None for item in reviewed
+    )
 
 
 def dwell_reported(sidecar: Sidecar) -> bool:
@@ -235,7 +241,7 @@ def test_every_panel_query_returns_data_after_traffic(
         try:
             wait_until(
                 lambda: dwell_reported(sidecar) and reviewed_at_random(sidecar) and not empty(),
-                timeout=60,
+                timeout=180,
                 every=0.5,
             )
         except AssertionError:
