@@ -17,8 +17,10 @@ from __future__ import annotations
 import hmac
 import zlib
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import orjson
+from google.protobuf.message import Message
 from google.rpc.status_pb2 import Status
 
 from collectors.otlp import intake
@@ -29,7 +31,8 @@ from monitor.http.limits import HttpLimits
 from monitor.http.service import HttpService
 from monitor.http.wire import Request, Response
 from monitor.intake import Consumer, Events, SpanBatch
-from monitor.trace import Event
+from monitor.pipeline_metrics import PipelineMetrics
+from monitor.trace import Event, Source
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -149,30 +152,32 @@ def _gunzip(body: bytes, limit: int) -> bytes:
     return data
 
 
+class _Decoded(Protocol):
+    def json_response(self) -> bytes: ...
+    def export_response(self) -> Message: ...
+
+
+_Signal = Callable[[bytes, bool, Source, PipelineMetrics], tuple[SpanBatch | Events, _Decoded]]
+
+
 def _export_traces(receiver: OtlpHttpReceiver, body: bytes, content_type: str) -> bytes:
-    is_json = _otlp_is_json(content_type)
-    try:
-        batch, decoded = intake.spans(body, is_json, "otlp", receiver.pipeline.metrics)
-    except intake.Empty:
-        receiver.pipeline.metrics.count_record("otlp", "ok")  # an empty export is valid
-        return b"{}" if is_json else b""
-    _submit(receiver, batch)
-    if is_json:
-        return decoded.json_response()
-    return bytes(decoded.export_response().SerializeToString())
+    return _export(receiver, body, content_type, intake.spans)
 
 
 def _export_logs(receiver: OtlpHttpReceiver, body: bytes, content_type: str) -> bytes:
     """``/v1/logs``: gen_ai.evaluation.result records become events (collectors/otlp/logs.py)."""
+    return _export(receiver, body, content_type, intake.evaluation_results)
+
+
+def _export(receiver: OtlpHttpReceiver, body: bytes, content_type: str, signal: _Signal) -> bytes:
+    """An OTLP export through its signal's intake step, answered in the body's encoding."""
     is_json = _otlp_is_json(content_type)
     try:
-        results, decoded = intake.evaluation_results(
-            body, is_json, "otlp", receiver.pipeline.metrics
-        )
+        item, decoded = signal(body, is_json, "otlp", receiver.pipeline.metrics)
     except intake.Empty:
-        receiver.pipeline.metrics.count_record("otlp", "ok")
+        receiver.pipeline.metrics.count_record("otlp", "ok")  # an empty export is valid
         return b"{}" if is_json else b""
-    _submit(receiver, results)
+    _submit(receiver, item)
     if is_json:
         return decoded.json_response()
     return bytes(decoded.export_response().SerializeToString())
