@@ -569,15 +569,17 @@ class BrokerLink:
         self.restore()
 
     def restore(self) -> None:
-        self._server = socket.create_server(("127.0.0.1", self.port))
-        threading.Thread(target=self._accept, args=(self._server,), daemon=True).start()
+        server = socket.create_server(("127.0.0.1", self.port))
+        with self._lock:
+            self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
 
     def cut(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
         with self._lock:
+            server, self._server = self._server, None
             sockets, self._sockets = self._sockets, []
+        if server is not None:
+            server.close()
         for sock in sockets:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -591,6 +593,12 @@ class BrokerLink:
             except OSError:
                 return
             with self._lock:
+                # A connection accepted while ``cut`` ran would otherwise outlive the cut:
+                # the client would keep talking to the broker through a closed link.
+                if self._server is not server:
+                    for sock in (client, upstream):
+                        sock.close()
+                    return
                 self._sockets += [client, upstream]
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
