@@ -19,18 +19,13 @@ cannot cover.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
 from concurrent import futures
-from typing import NoReturn, TypeVar
+from typing import NoReturn
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.rpc.error_details_pb2 import RetryInfo
 from google.rpc.status_pb2 import Status
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceResponse,
-)
 
 from collectors.otlp import intake
 from collectors.otlp.config import OtlpConfig
@@ -45,7 +40,6 @@ _KEEPALIVE_TIMEOUT_MS = 20_000  # a ping unanswered this long drops the connecti
 _STOP_MARGIN_S = 2.0
 _RETRY_DELAY = Duration(seconds=1)
 _INFLIGHT_MESSAGE = "too many request bytes in flight, retry later"
-Response = TypeVar("Response")
 
 
 class _TraceService:
@@ -57,21 +51,16 @@ class _TraceService:
             "otlp_grpc", "inflight_bytes"
         )
 
-    def export(self, message: bytes, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
-        return self._guarded(message, context, self._export)
+    def export(self, message: bytes, context: grpc.ServicerContext) -> bytes:
+        return self._guarded(message, context, intake.spans)
 
-    def export_logs(
-        self, message: bytes, context: grpc.ServicerContext
-    ) -> ExportLogsServiceResponse:
-        return self._guarded(message, context, self._export_logs)
+    def export_logs(self, message: bytes, context: grpc.ServicerContext) -> bytes:
+        return self._guarded(message, context, intake.evaluation_results)
 
     def _guarded(
-        self,
-        message: bytes,
-        context: grpc.ServicerContext,
-        handle: Callable[[bytes, grpc.ServicerContext], Response],
-    ) -> Response:
-        """The token and the byte budget, then ``handle``."""
+        self, message: bytes, context: grpc.ServicerContext, signal: intake.Signal
+    ) -> bytes:
+        """The token and the byte budget, then the export."""
         if self._expected_auth is not None:
             given = dict(context.invocation_metadata()).get("authorization", "")
             if not hmac.compare_digest(str(given).encode(), self._expected_auth):
@@ -81,34 +70,24 @@ class _TraceService:
             _abort_retryable(context, grpc.StatusCode.RESOURCE_EXHAUSTED, _INFLIGHT_MESSAGE)
         try:
             with self._budget.decoding(OTLP_DECODE_FACTOR * len(message)):
-                return handle(message, context)
+                return self._export(message, context, signal)
         finally:
             self._budget.release(len(message))
 
-    def _export(self, message: bytes, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
+    def _export(
+        self, message: bytes, context: grpc.ServicerContext, signal: intake.Signal
+    ) -> bytes:
+        """An OTLP export through its signal's intake step; the response serialized (an
+        empty response of either service is no bytes)."""
         try:
-            batch, decoded = intake.spans(message, False, "otlp", self._pipeline.metrics)
+            item, decoded = signal(message, False, "otlp", self._pipeline.metrics)
         except intake.Empty:
             self._pipeline.metrics.count_record("otlp", "ok")
-            return ExportTraceServiceResponse()
+            return b""
         except intake.Invalid as refusal:
             self._invalid(context, refusal)
-        self._submit(context, batch)
-        return decoded.export_response()
-
-    def _export_logs(
-        self, message: bytes, context: grpc.ServicerContext
-    ) -> ExportLogsServiceResponse:
-        metrics = self._pipeline.metrics
-        try:
-            results, decoded = intake.evaluation_results(message, False, "otlp", metrics)
-        except intake.Empty:
-            metrics.count_record("otlp", "ok")
-            return ExportLogsServiceResponse()
-        except intake.Invalid as refusal:
-            self._invalid(context, refusal)
-        self._submit(context, results)
-        return decoded.export_response()
+        self._submit(context, item)
+        return bytes(decoded.export_response().SerializeToString())
 
     def _invalid(self, context: grpc.ServicerContext, refusal: intake.Invalid) -> NoReturn:
         self._pipeline.metrics.count_record("otlp", "invalid")
@@ -165,14 +144,9 @@ class OtlpGrpcReceiver:
             options=_server_options(self._config),
             maximum_concurrent_rpcs=listener.max_concurrent_rpcs,
         )
-        export = grpc.unary_unary_rpc_method_handler(
-            self._service.export,  # the message as bytes: no request_deserializer
-            response_serializer=ExportTraceServiceResponse.SerializeToString,
-        )
-        export_logs = grpc.unary_unary_rpc_method_handler(
-            self._service.export_logs,
-            response_serializer=ExportLogsServiceResponse.SerializeToString,
-        )
+        # Messages in and out as bytes: no (de)serializers.
+        export = grpc.unary_unary_rpc_method_handler(self._service.export)
+        export_logs = grpc.unary_unary_rpc_method_handler(self._service.export_logs)
         server.add_generic_rpc_handlers((
             grpc.method_handlers_generic_handler(SERVICE, {"Export": export}),
             grpc.method_handlers_generic_handler(LOGS_SERVICE, {"Export": export_logs}),

@@ -17,10 +17,8 @@ from __future__ import annotations
 import hmac
 import zlib
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 import orjson
-from google.protobuf.message import Message
 from google.rpc.status_pb2 import Status
 
 from collectors.otlp import intake
@@ -31,8 +29,7 @@ from monitor.http.limits import HttpLimits
 from monitor.http.service import HttpService
 from monitor.http.wire import Request, Response
 from monitor.intake import Consumer, Events, SpanBatch
-from monitor.pipeline_metrics import PipelineMetrics
-from monitor.trace import Event, Source
+from monitor.trace import Event
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -152,14 +149,6 @@ def _gunzip(body: bytes, limit: int) -> bytes:
     return data
 
 
-class _Decoded(Protocol):
-    def json_response(self) -> bytes: ...
-    def export_response(self) -> Message: ...
-
-
-_Signal = Callable[[bytes, bool, Source, PipelineMetrics], tuple[SpanBatch | Events, _Decoded]]
-
-
 def _export_traces(receiver: OtlpHttpReceiver, body: bytes, content_type: str) -> bytes:
     return _export(receiver, body, content_type, intake.spans)
 
@@ -169,7 +158,9 @@ def _export_logs(receiver: OtlpHttpReceiver, body: bytes, content_type: str) -> 
     return _export(receiver, body, content_type, intake.evaluation_results)
 
 
-def _export(receiver: OtlpHttpReceiver, body: bytes, content_type: str, signal: _Signal) -> bytes:
+def _export(
+    receiver: OtlpHttpReceiver, body: bytes, content_type: str, signal: intake.Signal
+) -> bytes:
     """An OTLP export through its signal's intake step, answered in the body's encoding."""
     is_json = _otlp_is_json(content_type)
     try:

@@ -16,6 +16,9 @@ rest: a request or record with some valid is kept, like an OTLP partial success.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from google.protobuf.message import Message
 
 from collectors.otlp.decode import DecodedSpans, PayloadError, decode_otlp_json, decode_otlp_proto
 from collectors.otlp.logs import DecodedLogs, decode_logs_json, decode_logs_proto
@@ -39,6 +42,18 @@ class Empty(Refusal):
 
 class RetryLater(Refusal):
     """The pipeline's queue stayed full: the sender should try again."""
+
+
+class Decoded(Protocol):
+    """What decoding found, for the answer: the OTLP partial-success response."""
+
+    def json_response(self) -> bytes: ...
+    def export_response(self) -> Message: ...
+
+
+# An intake step of an OTLP signal (``spans``, ``evaluation_results``), for the receivers
+# that answer every signal the same way.
+Signal = Callable[[bytes, bool, Source, PipelineMetrics], tuple[SpanBatch | Events, Decoded]]
 
 
 def spans(

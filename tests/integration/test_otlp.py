@@ -205,6 +205,50 @@ def test_grpc_refuses_a_request_whose_spans_are_all_invalid(start_sidecar: Start
     assert sample(sidecar.registry, "rag_monitor_rejected_spans_total", collector="otlp") == 5
 
 
+def test_grpc_answers_empty_and_partial_exports_of_both_services(
+    start_sidecar: StartSidecar,
+) -> None:
+    """Over gRPC, an empty export of either service is OK with an empty response and
+    counted ok; a trace export with one bad span of six is OK, its response's
+    partial_success naming the one."""
+    import grpc
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+        ExportLogsServiceRequest,
+        ExportLogsServiceResponse,
+    )
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2_grpc import LogsServiceStub
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
+
+    sidecar = start_sidecar()
+    spans = MemoryExporter()
+    _, tracer = tracer_for(spans)
+    emit_rag_request(tracer, RagRequest(start_ns=time.time_ns()))
+    partial = encode_spans(spans.spans)
+    partial.resource_spans[0].scope_spans[0].spans[0].end_time_unix_nano = 1
+    address = f"127.0.0.1:{sidecar.grpc.port}"  # type: ignore[union-attr]
+    with grpc.insecure_channel(address) as channel:
+        traces, logs = TraceServiceStub(channel), LogsServiceStub(channel)
+        empty_traces = traces.Export(ExportTraceServiceRequest(), timeout=5)
+        empty_logs = logs.Export(ExportLogsServiceRequest(), timeout=5)
+        answer = traces.Export(partial, timeout=5)
+    assert empty_traces == ExportTraceServiceResponse()
+    assert empty_logs == ExportLogsServiceResponse()
+    assert answer.partial_success.rejected_spans == 1
+    assert answer.partial_success.error_message
+
+    # The two empty exports at once, the partial one once the pipeline has processed it.
+    def ok_records() -> float:
+        return sample(sidecar.registry, "rag_monitor_records_total", collector="otlp", outcome="ok")
+
+    wait_until(lambda: ok_records() == 3)
+    time.sleep(0.5)  # nothing counted twice
+    assert ok_records() == 3
+    assert sample(sidecar.registry, "rag_monitor_rejected_spans_total", collector="otlp") == 1
+
+
 def test_protobuf_answer_is_an_export_response(start_sidecar: StartSidecar) -> None:
     """A protobuf export is answered with an ExportTraceServiceResponse in protobuf."""
     sidecar = start_sidecar()
