@@ -160,6 +160,25 @@ def reviewed_at_random(sidecar: Sidecar) -> bool:
     )
 
 
+def review_state(sidecar: Sidecar) -> str:
+    """What the review queue holds, for a failure's message."""
+    [detector] = [d for d in sidecar.pipeline._detectors if isinstance(d, ReviewDetector)]
+    store = detector.store
+    assert store is not None
+    reviewed = [item for item, _ in store.reviewed()]
+    skipped = {
+        reason: sample(
+            sidecar.registry, "rag_review_skipped_total", stratum="random", reason=reason
+        )
+        for reason in ("max_per_hour", "expired", "queue_full")
+    }
+    return (
+        f"{store.count()} queued, {len(reviewed)} reviewed, "
+        f"{sum(bool(item.evaluations) for item in reviewed)} with the evaluation's outcome, "
+        f"{sum(item.hhem_score is not None for item in reviewed)} scored; random skipped {skipped}"
+    )
+
+
 def dwell_reported(sidecar: Sidecar) -> bool:
     """Report one dwell time (the dwell panel's rate needs observations between scrapes)."""
     dwell = b'{"trace_id": "t1", "kind": "dwell", "dwell_seconds": 12.5}'
@@ -197,13 +216,15 @@ def test_every_panel_query_returns_data_after_traffic(
                 "evaluations": {EVALUATION: {"score_min": 0.7, "compare_with_review": True}}
             },
             "slices": {"intents": INTENTS, "document_types": [DOCUMENT_TYPE]},
-            # every OTLP request is queued for review until the stratum's bound skips the
-            # rest: its bucket saves five minutes of max_per_hour, 40 items, more than a
-            # round of traffic
+            # every OTLP request is queued for review within the random stratum's bound:
+            # its bucket saves five minutes of max_per_hour, 400 items, then takes one every
+            # 0.75 s, so reviews with the evaluation's outcome (one request in ten) keep
+            # coming however slow the run. At 480 (40 saved, then one every 7.5 s) a CI
+            # run ended its 180 s with the corrected shares' panels still empty.
             "review": {
                 "enabled": True,
                 "random_rate": 1.0,
-                "max_per_hour": {"random": 480},
+                "max_per_hour": {"random": 4800},
                 "http": {"port": 0},
             },
         },
@@ -245,7 +266,7 @@ def test_every_panel_query_returns_data_after_traffic(
                 every=0.5,
             )
         except AssertionError:
-            pytest.fail(f"panel queries without data: {empty()}")
+            pytest.fail(f"panel queries without data: {empty()}; review: {review_state(sidecar)}")
     records = sample(
         registry, "rag_monitor_records_total", collector="kafka", outcome="dead_lettered"
     )
