@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from collectors.otlp.config import OtlpConfig
 from collectors.otlp.grpc import OtlpGrpcReceiver
+from monitor.config import HttpListener
 from monitor.intake import WorkItem
 from monitor.pipeline_metrics import PipelineMetrics
 from tests.conftest import SidecarProcess, sdk_request, wait_until
@@ -261,9 +262,11 @@ BUDGET_BYTES = 16 * 2**20
 STALLED = 200
 # Beyond the budget, each connection may keep what passed through it: its reader's buffer
 # (up to twice max_header_bytes before reading pauses) and one socket read of asyncio's
-# transport (256 KiB). Measured: 14-19 MiB in all on an idle machine, 28 MiB under CI's
-# load (tests/perf/probe_inflight.py prints the figures); the 200 bodies are 200 MiB.
-PER_CONNECTION_BYTES = 2 * 16_384 + 256 * 2**10
+# transport (256 KiB). Measured here: 14-19 MiB in all on an idle machine; a CI run under
+# load, measuring 1 s after the bodies were sent, saw 28 MiB
+# (tests/perf/probe_inflight.py prints the figures). The 200 bodies are 200 MiB.
+HEADER_BYTES = HttpListener.model_fields["max_header_bytes"].default
+PER_CONNECTION_BYTES = 2 * HEADER_BYTES + 256 * 2**10
 OVERHEAD_BYTES = STALLED * PER_CONNECTION_BYTES
 
 
