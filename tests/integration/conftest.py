@@ -31,6 +31,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import set_span_in_context
 
+from detectors.review.detector import ReviewDetector
+from detectors.review.store import ReviewStore
 from monitor.config import Config
 from monitor.sidecar import Sidecar
 from tests.conftest import (
@@ -96,6 +98,19 @@ def with_test_window(config: Config) -> Config:
     """``config`` with the short ``guardrails.window`` of these tests."""
     guardrails = config.guardrails.model_copy(update={"window": TEST_WINDOW})
     return config.model_copy(update={"guardrails": guardrails})
+
+
+def review_detector(sidecar: Sidecar) -> ReviewDetector:
+    """The review detector of an in-process sidecar."""
+    [detector] = [d for d in sidecar.pipeline._detectors if isinstance(d, ReviewDetector)]
+    return detector
+
+
+def store_of(sidecar: Sidecar) -> ReviewStore:
+    """The review queue of an in-process sidecar started with review enabled."""
+    store = review_detector(sidecar).store
+    assert store is not None
+    return store
 
 
 def binary(name: str) -> str:

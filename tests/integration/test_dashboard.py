@@ -13,7 +13,6 @@ import pytest
 
 from alerts.dashboard import build_dashboard, panel_queries
 from alerts.rules import render_rules
-from detectors.review.detector import ReviewDetector
 from detectors.review.model import Verdict
 from monitor.sidecar import Sidecar
 from tests.conftest import PROBES, golden_set_lines, sample, unique, wait_until
@@ -28,6 +27,8 @@ from tests.integration.conftest import (
     probe_request,
     query_series,
     rag_trace,
+    review_detector,
+    store_of,
     with_test_window,
 )
 from tests.otel_traffic import RagRequest
@@ -142,9 +143,7 @@ def reviewed_at_random(sidecar: Sidecar) -> bool:
     faithfulness judge scored and one with the evaluation's outcome. Not one item with
     both: the faithfulness judge samples within its budget and may never score the one
     request a round that carries the evaluation's verdict."""
-    [detector] = [d for d in sidecar.pipeline._detectors if isinstance(d, ReviewDetector)]
-    store = detector.store
-    assert store is not None
+    detector, store = review_detector(sidecar), store_of(sidecar)
     waiting: list[str] = []  # not drawn at random, or not judged yet
     while (item := store.next_unreviewed(waiting)) is not None:
         if "random" not in item.strata or (item.hhem_score is None and not item.evaluations):
@@ -162,9 +161,7 @@ def reviewed_at_random(sidecar: Sidecar) -> bool:
 
 def review_state(sidecar: Sidecar) -> str:
     """What the review queue holds, for a failure's message."""
-    [detector] = [d for d in sidecar.pipeline._detectors if isinstance(d, ReviewDetector)]
-    store = detector.store
-    assert store is not None
+    store = store_of(sidecar)
     reviewed = [item for item, _ in store.reviewed()]
     skipped = {
         reason: sample(

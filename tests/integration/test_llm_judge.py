@@ -24,13 +24,13 @@ from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.judge import JudgePair
 from detectors.faithfulness.judges import open_judge
 from detectors.faithfulness.llm_judge import LlmJudge
-from detectors.review.detector import ReviewDetector
 from detectors.review.model import Verdict
 from detectors.review.report import build_report, summary
 from monitor.sidecar import Sidecar
 from monitor.trace import Context, Event, JudgeScore, RagTrace
 from tests.conftest import sample, wait_until
 from tests.fake_openai import USAGE, FakeOpenAI, Script, fake_openai
+from tests.integration.conftest import store_of
 from tests.otel_traffic import RagRequest, emit_rag_request, tracer_for
 
 pytestmark = pytest.mark.integration
@@ -426,8 +426,7 @@ def test_a_sidecar_with_the_llm_judge_exports_scores_and_spend(
             30,
         )
         metrics = _scrape(sidecar.metrics_server.port)
-        store = next(d for d in sidecar.pipeline._detectors if isinstance(d, ReviewDetector)).store
-        assert store is not None
+        store = store_of(sidecar)
         wait_until(lambda: all((i := store.get(t)) and i.judge == JUDGE for t in ids))
         for trace_id in ids:
             store.record(Verdict(trace_id, "yes", reviewed_at=time.time()))

@@ -16,17 +16,15 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from structlog.testing import capture_logs
 
 from detectors.review.config import MaxPerHour
-from detectors.review.detector import ReviewDetector
 from detectors.review.model import Stratum, Verdict
 from detectors.review.report import write_report
 from detectors.review.sampler import stratum_fraction
-from detectors.review.store import ReviewStore
 from monitor.detector import InlineDetector
 from monitor.sidecar import Sidecar
 from monitor.trace import Event, JudgeScore, RagTrace
 from tests.conftest import sample, unique, wait_until
 from tests.hhem_checkpoint import build_checkpoint
-from tests.integration.conftest import Broker, kafka_settings, post
+from tests.integration.conftest import Broker, kafka_settings, post, review_detector, store_of
 from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for
 
 pytestmark = pytest.mark.integration
@@ -52,17 +50,6 @@ class JudgeScores(InlineDetector):
     def observe_event(self, event: Event) -> None:
         if isinstance(event, JudgeScore):
             self.seen[event.trace_id] = event.score
-
-
-def review_detector(sidecar: Sidecar) -> ReviewDetector:
-    [detector] = [d for d in sidecar.pipeline._detectors if isinstance(d, ReviewDetector)]
-    return detector
-
-
-def store_of(sidecar: Sidecar) -> ReviewStore:
-    store = review_detector(sidecar).store
-    assert store is not None  # started with review enabled
-    return store
 
 
 def send(sidecar: Sidecar, requests: list[tuple[RagRequest, dict[str, object]]]) -> list[str]:

@@ -20,7 +20,6 @@ import orjson
 import pytest
 
 from detectors.faithfulness.scorer import MAX_POLL_RECORDS
-from detectors.review.detector import ReviewDetector
 from monitor.sampler import trace_fraction
 from monitor.sidecar import Sidecar
 from monitor.trace import Event, UnscoredAnswer
@@ -31,6 +30,7 @@ from tests.integration.conftest import (
     Broker,
     kafka_settings,
     rag_trace,
+    store_of,
     trace_id,
 )
 from tests.integration.test_llm_judge import CASES, KEY, KEY_ENV, script
@@ -157,9 +157,7 @@ def traces(count: int, **fields: Any) -> list[tuple[str, bytes]]:
 
 
 def low_faithfulness(sidecar: Sidecar, count: int) -> bool:
-    [store] = [d.store for d in sidecar.pipeline._detectors if isinstance(d, ReviewDetector)]
-    assert store is not None
-    return store.progress().queued.get("low_faithfulness") == count
+    return store_of(sidecar).progress().queued.get("low_faithfulness") == count
 
 
 def scorer_total(scorers: Sequence[ScorerProcess], name: str, **labels: str) -> float:
