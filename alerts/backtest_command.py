@@ -70,6 +70,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="with --simulate: the world's seed")
     parser.add_argument(
+        "--reviews-per-week",
+        type=_non_negative,
+        default=None,
+        help="with --simulate: random-stratum reviews people complete a week, per judge (50)",
+    )
+    parser.add_argument(
+        "--judge-bias",
+        type=_bias,
+        default=None,
+        help="with --simulate: how much higher each judge's pass share reads than the "
+        "reviewers' (0: an honest judge; negative: lower)",
+    )
+    parser.add_argument(
         "--eval-interval",
         default=None,
         help="rule evaluation interval (guardrails.evaluation_interval, as the rules assume)",
@@ -139,12 +152,21 @@ def simulated_world(args: argparse.Namespace, config: Config, warm_up: float) ->
                 f"incident {incident.spec} starts outside the counted part of the world "
                 f"(from {args.warm_up} to {args.warm_up} + {args.evaluate} after its start)"
             )
+    reviewed = {
+        name: value
+        for name, value in (
+            ("reviews_per_week", args.reviews_per_week),
+            ("judge_bias", args.judge_bias),
+        )
+        if value is not None
+    }
     return World(
         requests_per_day=args.requests_per_day,
         duration_s=duration_s,
         incidents=incidents,
         seed=args.seed,
         job=config.guardrails.job,
+        **reviewed,
     )
 
 
@@ -244,6 +266,20 @@ def render_table(report: dict[str, Any]) -> str:
 
 def _minutes(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds / 60, 1)
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of 0 or more")
+    return value
+
+
+def _bias(text: str) -> float:
+    value = float(text)
+    if not -1 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a share between -1 and 1")
+    return value
 
 
 def _timestamp(text: str) -> float:

@@ -36,7 +36,7 @@ from detectors.evaluations.names import (
 )
 from monitor.guardrails import GuardrailsConfig
 from monitor.names import EVALUATION_AGREEMENT_TOTAL, REQUESTS_TOTAL
-from monitor.rulekit.corrected_rules import BIAS_ALERT, CorrectedShare
+from monitor.rulekit.corrected_rules import BIAS_ALERT, CorrectedShare, CorrectionEvidence
 from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.rulekit.promql import (
@@ -158,12 +158,14 @@ def _alert(
     judged = recorded_value(judged_count(window), labels, 'printf "%.0f"')
     point = recorded_value(pass_ratio(window), labels, "humanizePercentage")
     judge_bound, bound = pass_upper_bound(severity, window), corrected_bound(severity, window)
-    correction = guardrails.review_correction
+    evidence = CorrectionEvidence(
+        guardrails.review_correction, judged_count(window), guardrails.min_events
+    )
     note = CORRECTED.bound_note(
-        window, correction, bound=bound, judge_bound=judge_bound, labels=labels
+        window, evidence, bound=bound, judge_bound=judge_bound, labels=labels
     )
     shares = CORRECTED.page_expr(
-        f"{judge_bound}{{{matcher}}}", f"{bound}{{{matcher}}}", minimum, correction
+        f"{judge_bound}{{{matcher}}}", f"{bound}{{{matcher}}}", minimum, evidence
     )
     return alert(
         guardrails,

@@ -3,7 +3,8 @@ configured evaluation judges its ``sample_rate`` of the requests with a score no
 0.9 (sd 0.1; 0.6 during an ``evaluation`` incident), 1% of them errors. A result passes a
 ``score_min`` rule at or above it, a ``score_max`` rule when ``1 - score`` is at or below
 it, a ``labels`` rule as a score at or above 0.7 would. An evaluation set
-``compare_with_review`` is reviewed as the faithfulness judge is (``honest_reviews``)."""
+``compare_with_review`` is reviewed as the faithfulness judge is (``reviews``): its pass
+share reads the world's ``judge_bias`` above what the reviewers find."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from numpy.typing import NDArray
 from detectors.evaluations.config import EvaluationRule, EvaluationsConfig
 from detectors.evaluations.names import RESULTS_TOTAL
 from monitor.names import EVALUATION_AGREEMENT_TOTAL
-from monitor.rulekit.simulation import SimulatedWorld, honest_reviews
+from monitor.rulekit.simulation import SimulatedWorld, reviews
 
 HEALTHY_SCORE = 0.9
 INCIDENT_SCORE = 0.6
@@ -68,6 +69,7 @@ def series(config: EvaluationsConfig, guardrails: Any, world: SimulatedWorld) ->
             world.samples.add(RESULTS_TOTAL, {**labels, "outcome": outcome}, counts)
         if rule.compare_with_review:
             reviewed = {**world.target, "stratum": "random", "evaluation": name}
-            for (judge, human), reviews in honest_reviews(world, share).items():
+            truth = np.clip(share - world.world.judge_bias, 0.0, 1.0)
+            for (judge, human), count in reviews(world, truth, share).items():
                 verdicts = {"outcome": "pass" if judge else "fail", "human": human}
-                world.samples.add(EVALUATION_AGREEMENT_TOTAL, {**reviewed, **verdicts}, reviews)
+                world.samples.add(EVALUATION_AGREEMENT_TOTAL, {**reviewed, **verdicts}, count)

@@ -25,7 +25,7 @@ from detectors.faithfulness.names import (
 )
 from monitor.guardrails import GuardrailsConfig
 from monitor.names import JUDGE_AGREEMENT_TOTAL
-from monitor.rulekit.corrected_rules import CorrectedShare
+from monitor.rulekit.corrected_rules import CorrectedShare, CorrectionEvidence
 from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.rulekit.promql import (
@@ -71,8 +71,9 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
         recording += PASS_SHARE.recording(window, z)
         bound = CORRECTED.debiased(window, "upper_bound")
         recording += CORRECTED.recording(window, correction.window, [(bound, z)])
+        evidence = CorrectionEvidence(correction, scored_count(window), guardrails.min_events)
         note = CORRECTED.bound_note(
-            window, correction, bound=bound, judge_bound=pass_upper_bound(window), labels=("job",)
+            window, evidence, bound=bound, judge_bound=pass_upper_bound(window), labels=("job",)
         )
         scored = recorded_value(scored_count(window), ("job",), 'printf "%.0f"')
         point = recorded_value(pass_ratio(window), ("job",), "humanizePercentage")
@@ -80,7 +81,7 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
             alert(
                 guardrails,
                 "RagFaithfulnessLow",
-                CORRECTED.page_expr(pass_upper_bound(window), bound, minimum, correction),
+                CORRECTED.page_expr(pass_upper_bound(window), bound, minimum, evidence),
                 severity="page",
                 summary=f"Fewer than {percent(minimum)} of sampled answers are faithful "
                 "({{ $labels.job }})",

@@ -151,7 +151,7 @@ COMPONENT = DetectorComponent(
     models=ModelSupport(needs=model_needs, load=load_model, missing=missing_models),
     commands=(SCORE,),
     simulate=_simulate,
-    incidents=("faithfulness",),
+    incidents=("faithfulness", "judge_blind"),
     late_metrics=_late_metrics,
     require_extras=require_extras,
 )

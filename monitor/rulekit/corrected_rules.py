@@ -28,6 +28,25 @@ BAND_Z = 1.645  # the dashboard's band around the corrected share: a two-sided 9
 
 
 @dataclass(frozen=True)
+class CorrectionEvidence:
+    """What a page needs before it tests the corrected bound: ``correction``'s random
+    reviews over its window, and ``min_judged`` judged answers (``judged_count``, a
+    selector) in the alert's window."""
+
+    correction: ReviewCorrection
+    judged_count: str
+    min_judged: int
+
+    def clause(self, share: CorrectedShare) -> str:
+        """The ``and`` clauses of ``share``'s corrected test."""
+        reviewed = share.reviewed(self.correction.window)
+        return (
+            f"and on ({share.by}) {reviewed} >= {self.correction.min_random_reviews}\n"
+            f"and on ({share.by}) {self.judged_count} >= {self.min_judged}"
+        )
+
+
+@dataclass(frozen=True)
 class CorrectedShare:
     """Recording rules of a judge's corrected pass share, its bound and its bias.
 
@@ -67,7 +86,9 @@ class CorrectedShare:
 
     def review_recording(self, window: str, z: float) -> list[dict[str, Any]]:
         """Over the review ``window``: the random reviews, the human, judge and joint pass
-        shares on them, and the judge's bias with its two-sided bounds at ``z``."""
+        shares on them, the judge's bias with its two-sided bounds at ``z``, and the
+        variance of the bias that the pages' bounds carry (``rectifier_variance`` at
+        weight 1)."""
         n = self.reviewed(window)
         human, judge, both = (
             self.reviewed_share(who, window) for who in ("human", "judge", "both")
@@ -88,18 +109,37 @@ class CorrectedShare:
             {"record": bias, "expr": f"{judge} - {human}"},
             {"record": self.bias(window, "lower_bound"), "expr": f"{bias} - {spread}"},
             {"record": self.bias(window, "upper_bound"), "expr": f"{bias} + {spread}"},
+            {"record": self.bias(window, "variance"), "expr": self.rectifier_variance("1", window)},
         ]
+
+    def rectifier_variance(self, weight: str, review_window: str) -> str:
+        """PromQL of ``prediction_powered.rectifier_variance``: the variance of the mean
+        of (human - ``weight`` * judge) over the reviews, each cell of the judge x person
+        table given ``PSEUDO_COUNT``."""
+        n = self.reviewed(review_window)
+        human, judge, both = (
+            self.reviewed_share(who, review_window) for who in ("human", "judge", "both")
+        )
+        total = f"({n} + {4 * PSEUDO_COUNT:g})"
+        human_adjusted = f"({human} * {n} + {2 * PSEUDO_COUNT:g}) / {total}"
+        judge_adjusted = f"({judge} * {n} + {2 * PSEUDO_COUNT:g}) / {total}"
+        both_adjusted = f"({both} * {n} + {PSEUDO_COUNT:g}) / {total}"
+        mean = f"({human_adjusted} - {weight} * {judge_adjusted})"
+        square = (
+            f"({human_adjusted} - 2 * {weight} * {both_adjusted} + {weight} ^ 2 * {judge_adjusted})"
+        )
+        return f"clamp_min({square} - {mean} ^ 2, 0) / {n}"
 
     def recording(
         self, window: str, review_window: str, bounds: list[tuple[str, float]]
     ) -> list[dict[str, Any]]:
         """Over the judged ``window`` and the ``review_window``: the power-tuning weight,
         the corrected share and its standard error; the debiased share (weight 1) and its
-        standard error, and its upper bound per (name, z) of ``bounds``, which the pages
-        test. Power tuning leans on the reviews as they outnumber the window's judged
-        answers, and the reviews span the whole review window: an incident of the last
-        hour barely moves it. At weight 1 the window's judged share is the base and the
-        reviews only remove the judge's bias, so the bound moves with the window."""
+        upper bound per (name, z) of ``bounds``, which the pages test. Power tuning leans
+        on the reviews as they outnumber the window's judged answers, and the reviews span
+        the whole review window: an incident of the last hour barely moves it. At weight 1
+        the window's judged share is the base and the reviews only remove the judge's
+        bias, so the bound moves with the window."""
         n = self.reviewed(review_window)
         human, judge, both = (
             self.reviewed_share(who, review_window) for who in ("human", "judge", "both")
@@ -108,26 +148,6 @@ class CorrectedShare:
         pooled = f"({judged} * {big_n} + {judge} * {n}) / ({big_n} + {n})"
         variance = f"{pooled} * (1 - {pooled}) * ({big_n} + {n}) / ({big_n} + {n} - 1)"
         lam, share = self.share(window, "lambda"), self.share(window)
-        stderr = self.share(window, "stderr")
-        # The shares with PSEUDO_COUNT added to each cell, for the rectifier's variance.
-        total = f"({n} + {4 * PSEUDO_COUNT:g})"
-        human_adjusted = f"({human} * {n} + {2 * PSEUDO_COUNT:g}) / {total}"
-        judge_adjusted = f"({judge} * {n} + {2 * PSEUDO_COUNT:g}) / {total}"
-        both_adjusted = f"({both} * {n} + {PSEUDO_COUNT:g}) / {total}"
-
-        def stderr_of(weight: str) -> str:
-            """The standard error at ``weight``: the judged answers' term and the
-            rectifier's (human - weight * judge) over the adjusted table."""
-            mean = f"({human_adjusted} - {weight} * {judge_adjusted})"
-            square = (
-                f"({human_adjusted} - 2 * {weight} * {both_adjusted}"
-                f" + {weight} ^ 2 * {judge_adjusted})"
-            )
-            return (
-                f"sqrt(\n  {weight} ^ 2 * {judged} * (1 - {judged}) / {big_n}\n"
-                f"  + clamp_min({square} - {mean} ^ 2, 0) / {n}\n)"
-            )
-
         # A judge whose verdicts do not vary carries no information: weight 0, the
         # review-only estimate (as power tuning gives in the limit).
         weight = (
@@ -135,31 +155,48 @@ class CorrectedShare:
             f"  / ((1 + {n} / {big_n}) * (({variance}) > 0)),\n  0, 1\n)\n"
             f"or on ({self.by})\n0 * {n} * {big_n}"
         )
-        debiased, debiased_stderr = self.debiased(window), self.debiased(window, "stderr")
+        stderr = (
+            f"sqrt(\n  {lam} ^ 2 * {judged} * (1 - {judged}) / {big_n}\n"
+            f"  + {self.rectifier_variance(lam, review_window)}\n)"
+        )
+        debiased = self.debiased(window)
         return [
             {"record": lam, "expr": weight},
             {"record": share, "expr": f"{human} + {lam} * ({judged} - {judge})"},
-            {"record": stderr, "expr": stderr_of(lam)},
-            {"record": debiased, "expr": f"{judged} - ({judge} - {human})"},
-            {"record": debiased_stderr, "expr": stderr_of("1")},
+            {"record": self.share(window, "stderr"), "expr": stderr},
+            {"record": debiased, "expr": f"{judged} - {self.bias(review_window)}"},
             *(
-                {"record": name, "expr": f"{debiased} + {z:g} * {debiased_stderr}"}
+                {"record": name, "expr": self.debiased_bound(window, review_window, z)}
                 for name, z in bounds
             ),
         ]
 
+    def debiased_bound(self, window: str, review_window: str, z: float) -> str:
+        """PromQL of ``prediction_powered.debiased_upper_bound``: the window's judged share
+        in Agresti and Coull's form at ``z`` (never narrower than its evidence, at 0 and 1
+        too) less the judge's bias, plus ``z`` standard errors of both terms."""
+        big_n, judged = self.judged_count(window), self.judged_share(window)
+        added = f"{z * z:.6g}"
+        adjusted = f"({judged} * {big_n} + {z * z / 2:.6g}) / ({big_n} + {added})"
+        return (
+            f"{adjusted} - {self.bias(review_window)}\n+ {z:g} * sqrt(\n"
+            f"  {adjusted} * (1 - {adjusted}) / ({big_n} + {added})\n"
+            f"  + {self.bias(review_window, 'variance')}\n)"
+        )
+
     def page_expr(
-        self, judge_bound: str, bound: str, guardrail: float, correction: ReviewCorrection
+        self, judge_bound: str, bound: str, guardrail: float, evidence: CorrectionEvidence
     ) -> str:
         """An alert's test of a pass share against ``guardrail``: the corrected (debiased)
-        ``bound`` once the review window holds ``min_random_reviews``, or the judge-only
-        ``judge_bound``; the label ``estimate`` says which fired (corrected when both do).
-        The corrected bound catches a judge that passes too many answers; it carries the
-        reviews' uncertainty about the judge's bias, so on a sudden drop the judge's own
-        bound fires first (in the backtest, 31 minutes against three hours). Both are
+        ``bound`` where ``evidence`` holds (the review window's random reviews and the
+        alert window's judged answers), or the judge-only ``judge_bound``; the label
+        ``estimate`` says which fired (corrected when both do). The corrected bound catches
+        a judge that passes too many answers; it carries the reviews' uncertainty about
+        the judge's bias, so on a sudden drop the judge's own bound fires first (in the
+        backtest, 31 minutes against three hours). A window too thin for the corrected
+        bound leaves the judge's own, which is never tighter than its evidence. Both are
         selectors, matchers included."""
-        reviewed = self.reviewed(correction.window)
-        enough = f"and on ({self.by}) {reviewed} >= {correction.min_random_reviews}"
+        enough = evidence.clause(self)
         corrected_test = f"{bound} < {guardrail}\n{enough}"
         judge_test = (
             f"{judge_bound} < {guardrail}\nunless on ({self.by}) ({bound} < {guardrail} {enough})"
@@ -172,22 +209,26 @@ class CorrectedShare:
     def bound_note(
         self,
         window: str,
-        correction: ReviewCorrection,
+        evidence: CorrectionEvidence,
         *,
         bound: str,
         judge_bound: str,
         labels: tuple[str, ...],
     ) -> str:
         """For an alert's description: which bound fired (``page_expr``'s ``estimate``)
-        and, when corrected, the corrected share and the reviews it rests on."""
-        review_window = correction.window
+        and, when corrected, the corrected share and the reviews it rests on; when the
+        judge's own, what the corrected bound would need."""
+        review_window = evidence.correction.window
         reviewed = recorded_value(self.reviewed(review_window), labels, 'printf "%.0f"')
         share = recorded_value(self.debiased(window), labels, "humanizePercentage")
         bias = recorded_value(self.bias(review_window), labels, "humanizePercentage")
         return (
             f'{{{{ if eq $labels.estimate "corrected" }}}}{bound}: the judge\'s share less its '
             f"bias of {bias} on {reviewed} random reviews of the last {review_window} is {share}"
-            f"{{{{ else }}}}{judge_bound}, the judge's own{{{{ end }}}}"
+            f"{{{{ else }}}}{judge_bound}, the judge's own; the corrected bound needs "
+            f"{evidence.correction.min_random_reviews} random reviews in the last "
+            f"{review_window} and {evidence.min_judged} judged answers in the window"
+            "{{ end }}"
         )
 
     def bias_alert(

@@ -142,22 +142,41 @@ def corrected(
         lam = power_tuning(judged, judge_share, pairs)
     share = pairs.human_share + lam * (judge_share - pairs.judge_share)
     imputed = lam * lam * judge_share * (1 - judge_share) / judged
-    # The rectifier (human - lam * judge) of one reviewed item: its mean and mean square,
-    # over the table with ``pseudo_count`` added to each cell.
+    return Estimate(share, math.sqrt(imputed + rectifier_variance(pairs, lam, pseudo_count)), lam)
+
+
+def rectifier_variance(
+    pairs: ReviewedPairs, lam: float, pseudo_count: float = PSEUDO_COUNT
+) -> float:
+    """The variance of the reviewed items' mean rectifier (human - ``lam`` * judge), from
+    its mean and mean square over the table with ``pseudo_count`` added to each cell."""
     total = pairs.n + 4 * pseudo_count
     human = (pairs.n * pairs.human_share + 2 * pseudo_count) / total
     judge = (pairs.n * pairs.judge_share + 2 * pseudo_count) / total
     both = (pairs.both_pass + pseudo_count) / total
     mean = human - lam * judge
     square = human - 2 * lam * both + lam * lam * judge
-    rectifier = max(0.0, square - mean * mean) / pairs.n
-    return Estimate(share, math.sqrt(imputed + rectifier), lam)
+    return max(0.0, square - mean * mean) / pairs.n
 
 
 def debiased(judged: float, passed: float, pairs: ReviewedPairs) -> Estimate:
     """The judge's pass share of the window less its bias on the reviewed items: the
     prediction-powered share at weight 1, which moves with the window's judged answers."""
     return corrected(judged, passed, pairs, lam=1.0)
+
+
+def debiased_upper_bound(judged: float, passed: float, pairs: ReviewedPairs, z: float) -> float:
+    """The upper bound at ``z`` of the debiased share, what the pages test. The window's
+    share takes Agresti and Coull's form at the same ``z`` (``z^2 / 2`` passes and as many
+    fails added, the variance over ``judged + z^2``): the plain ``p (1 - p) / n`` is 0 at a
+    share of 0 or 1, so two judged answers that both fail would leave the bias term alone
+    to bound the share, and a healthy service at night traffic would be paged. With many
+    judged answers the two forms agree."""
+    adjusted = (passed + z * z / 2) / (judged + z * z)
+    share = adjusted - (pairs.judge_share - pairs.human_share)
+    return share + z * math.sqrt(
+        adjusted * (1 - adjusted) / (judged + z * z) + rectifier_variance(pairs, 1.0)
+    )
 
 
 def judge_bias(pairs: ReviewedPairs) -> Estimate:

@@ -12,12 +12,13 @@ component's draws do not change with the others installed), and adds its counter
 and labelled as its detector exports them (``job``, ``instance``,
 ``variant="production"``), so the generated rules read them as they read production.
 
-A judge's simulation also sends what people say of its verdicts (``honest_reviews``):
-random-stratum reviews arrive at ``REVIEWS_PER_DAY`` whatever the traffic (people, not
-requests, set the pace), and the judge is honest: it passes ``JUDGE_FALSE_PASS`` of the
-answers people fail and fails as many that people pass, so its pass share is the true one
-on average and its bias against the reviewers zero (at a true share of 0.92 it disagrees
-with them on 9.6% of the items).
+A judge's simulation also sends what people say of its verdicts (``reviews``):
+random-stratum reviews arrive at the world's ``reviews_per_week`` whatever the traffic
+(people, not requests, set the pace). The judge passes ``JUDGE_FALSE_PASS`` of the
+answers people fail and fails as many that people pass, as an honest judge would (at a
+true share of 0.92 it disagrees with the reviewers on 9.6% of the items), and reads the
+world's ``judge_bias`` high besides (default 0; a real judge is never exactly right, and
+a bias of a few points, inside the bias tolerance, is what a healthy deployment sees).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ TROUGH_HOUR = 2.0  # UTC; the peak is twelve hours later
 SIMULATED_INSTANCE = "simulated:9464"
 # 2026-01-05 is a Monday: week-of-year seasonality lines up with the calendar.
 DEFAULT_START_S = 1_767_571_200
-REVIEWS_PER_DAY = 30.0  # random-stratum reviews of judged answers people complete a day
+REVIEWS_PER_WEEK = 50.0  # random-stratum reviews of judged answers people complete a week
+JUDGE_BIAS = 0.0  # how much higher the judge's pass share reads than the reviewers'
 JUDGE_FALSE_PASS = 0.6  # the share of the answers people fail that an honest judge passes
 
 
@@ -79,6 +81,8 @@ class World:
     seed: int = 0
     job: str = "rag-monitor"
     start_s: int = DEFAULT_START_S
+    reviews_per_week: float = REVIEWS_PER_WEEK
+    judge_bias: float = JUDGE_BIAS
 
     @property
     def steps(self) -> int:
@@ -166,16 +170,27 @@ class SimulatedWorld:
         return np.where(self.during(kind), degraded, healthy).astype(float)
 
 
-def honest_reviews(
-    world: SimulatedWorld, truth: NDArray[np.float64]
+def judge_share(world: SimulatedWorld, truth: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The pass share of the world's judge where ``truth`` is the true one: the world's
+    ``judge_bias`` higher."""
+    return np.clip(truth + world.world.judge_bias, 0.0, 1.0)
+
+
+def reviews(
+    world: SimulatedWorld, truth: NDArray[np.float64], judged: NDArray[np.float64]
 ) -> dict[tuple[bool, str], NDArray[np.int64]]:
-    """Random-stratum reviews each minute of answers an honest judge scored, by (the judge
+    """Random-stratum reviews each minute of answers the judge scored, by (the judge
     passed, the reviewer's answer-supported value: yes or no), where ``truth`` is the
-    minute's true pass share: the judge passes ``JUDGE_FALSE_PASS`` of the failing answers
-    and fails as many passing ones (all of them, where they are fewer)."""
-    reviews = world.rng.poisson(REVIEWS_PER_DAY * STEP_S / 86_400, world.steps)
-    each_way = np.minimum(JUDGE_FALSE_PASS * (1 - truth), truth)
-    shares = np.stack([truth - each_way, each_way, each_way, 1 - truth - each_way], axis=1)
-    cells = world.rng.multinomial(reviews, shares)
+    minute's true pass share and ``judged`` the judge's: the judge passes
+    ``JUDGE_FALSE_PASS`` of the failing answers and fails as many passing ones (all of
+    them, where they are fewer), and its disagreements lean by the difference."""
+    per_minute = world.world.reviews_per_week * STEP_S / (7 * 86_400)
+    count = world.rng.poisson(per_minute, world.steps)
+    honest = np.minimum(JUDGE_FALSE_PASS * (1 - truth), truth)
+    lean = judged - truth
+    false_pass = np.clip(honest + lean / 2, np.maximum(lean, 0), 1 - truth)
+    false_fail = np.clip(false_pass - lean, 0, truth)
+    shares = np.stack([truth - false_fail, false_pass, false_fail, 1 - truth - false_pass], axis=1)
+    cells = world.rng.multinomial(count, shares / shares.sum(axis=1, keepdims=True))
     pairs = ((True, "yes"), (True, "no"), (False, "yes"), (False, "no"))
     return {pair: cells[:, index] for index, pair in enumerate(pairs)}

@@ -26,7 +26,15 @@ pytestmark = pytest.mark.integration
 
 SIZES = [45_000, 272_000, 1_800_000]
 SIZE_IDS = ["45k-a-day", "272k-a-day", "1.8M-a-day"]
-FALSE_ALERTS_PER_WEEK = {"page": 0.5, "ticket": 1.0}
+# An on-call budget: one false page a month per alert, one false ticket a week.
+FALSE_ALERTS_PER_WEEK = {"page": 12 / 52, "ticket": 1.0}
+# The thinnest evidence a healthy service gives the faithfulness pages: no hourly floor,
+# so a night's 30-minute window holds one or two judged answers (issue 41).
+UNFLOORED_SAMPLER = """
+detectors:
+  faithfulness:
+    min_scored_per_hour: 0
+"""
 # Each signal's alerts, by name prefix: a signal may alert in more than one tier.
 SIGNALS = {
     "faithfulness": "RagFaithfulness",
@@ -73,18 +81,30 @@ def minutes_to_fire(report: dict[str, Any], signal: str) -> float | None:
 
 
 @pytest.mark.parametrize("requests_per_day", SIZES, ids=SIZE_IDS)
-def test_healthy_world_stays_within_the_false_alert_budget(requests_per_day: int) -> None:
-    """Eight healthy weeks after a warm-up week: page alerts fire at most 0.5 times a week,
-    ticket alerts at most once. Eight, not two: a budget is a long-run rate, and two weeks
-    hold about 2 expected firings of a ticket at budget, too few to tell 1 a week from 1.5."""
+def test_healthy_world_stays_within_the_false_alert_budget(
+    requests_per_day: int, tmp_path: Path
+) -> None:
+    """Eight healthy weeks after a warm-up week, with 50 random reviews a week of a judge
+    that reads 2 points high (the corrected pages are tested from the second week on):
+    each page alert fires at most once a month, each ticket at most once a week, and
+    RagJudgeBiased never. Eight, not two: a budget is a long-run rate, and two weeks hold
+    about 2 expected firings of a ticket at budget, too few to tell 1 a week from 1.5. The
+    smallest service samples without the hourly floor: its night windows are the thinnest."""
+    options: tuple[str, ...] = ()
+    if requests_per_day == SIZES[0]:
+        config = tmp_path / "monitor.yaml"
+        config.write_text(UNFLOORED_SAMPLER)
+        options = ("--config", str(config))
     report = backtest(
-        "--simulate", "--requests-per-day", str(requests_per_day), "--evaluate", "56d"
-    )
+        *options, "--simulate", "--requests-per-day", str(requests_per_day),
+        "--evaluate", "56d", "--reviews-per-week", "50", "--judge-bias", "0.02",
+    )  # fmt: skip
     assert report["weeks"] == pytest.approx(8, abs=0.01)
     noisy = {
         f"{row['alert']} {row['severity']}": row["firings_per_week"]
         for row in report["alerts"]
         if row["firings_per_week"] > FALSE_ALERTS_PER_WEEK.get(row["severity"], 0)
+        or (row["alert"] == "RagJudgeBiased" and row["firings"])
     }
     assert noisy == {}, f"false firings a week over budget: {noisy}"
 
@@ -124,6 +144,23 @@ def test_incident_at_the_night_trough_fires_in_time(requests_per_day: int) -> No
         if (minutes_to_fire(report, signal) or float("inf")) > 60
     }
     assert late == {}, f"minutes to fire (None: not within the incident): {late}"
+
+
+def test_a_blind_judge_is_caught_by_the_reviews_and_the_corrected_page() -> None:
+    """At 272k requests a day and 210 random reviews a week, answers start failing in a way
+    the judge does not see (people find 0.75 faithful, the judge still passes 94%): the
+    judge's own bound cannot fire, so what fires is the reviews' evidence: RagJudgeBiased
+    first, then the corrected RagFaithfulnessLow, both within the three weeks."""
+    report = backtest(
+        "--simulate", "--requests-per-day", "272000", "--evaluate", "21d",
+        "--reviews-per-week", "210", "--judge-bias", "0.02",
+        "--incident", "judge_blind:7d:21d",
+    )  # fmt: skip
+    fired = report["incidents"][0]["minutes_to_fire"]
+    bias, page = fired["RagJudgeBiased ticket"], fired["RagFaithfulnessLow page"]
+    assert bias is not None, fired
+    assert page is not None, fired
+    assert bias < page <= 21 * 24 * 60, fired
 
 
 def test_ragas_style_evaluation_pages_on_a_drop_and_stays_quiet_when_healthy(

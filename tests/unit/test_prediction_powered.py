@@ -9,10 +9,12 @@ import numpy as np
 import ppi_py
 import pytest
 
+from monitor.rulekit.evidence import wilson
 from monitor.rulekit.prediction_powered import (
     ReviewedPairs,
     corrected,
     debiased,
+    debiased_upper_bound,
     effective_reviews,
     judge_bias,
     judge_only,
@@ -135,4 +137,34 @@ def test_the_pages_share_moves_with_the_window_as_the_judge_does() -> None:
     assert corrected(*before, pairs).share - corrected(*after, pairs).share < 0.5 * moved
     assert debiased(*after, pairs).share == pytest.approx(
         0.80 - (pairs.judge_share - pairs.human_share)
+    )
+
+
+def test_the_pages_bound_is_never_tighter_than_the_windows_evidence() -> None:
+    """With reviews that find no bias, the debiased upper bound is at least the judge's own
+    Wilson bound at every count from 1 to 60 judged answers and every pass count (the
+    Agresti-Coull interval contains Wilson's, and the reviews' variance only widens it):
+    two judged answers that both fail leave it near 0.89, not at the bias term alone."""
+    pairs = ReviewedPairs(
+        both_pass=180, judge_pass_human_fail=7, judge_fail_human_pass=7, both_fail=6
+    )
+    z = 4.03
+    for judged in range(1, 61):
+        for passed in range(judged + 1):
+            own = wilson(passed / judged, judged, z, "upper")
+            assert debiased_upper_bound(judged, passed, pairs, z) >= own - 1e-12
+    plain = debiased(2, 0, pairs)
+    assert plain.share + z * plain.stderr < 0.1  # the plain form's bound
+    assert debiased_upper_bound(2, 0, pairs, z) > 0.85
+
+
+def test_the_pages_bound_is_the_plain_one_on_many_judged_answers() -> None:
+    """On 100,000 judged answers the Agresti-Coull form adds nothing: the bound equals
+    the debiased share plus z standard errors to 1e-4."""
+    pairs = ReviewedPairs(
+        both_pass=180, judge_pass_human_fail=10, judge_fail_human_pass=4, both_fail=6
+    )
+    plain = debiased(100_000, 92_000, pairs)
+    assert debiased_upper_bound(100_000, 92_000, pairs, 4.03) == pytest.approx(
+        plain.share + 4.03 * plain.stderr, abs=1e-4
     )

@@ -20,8 +20,9 @@ from monitor.config import Config
 from monitor.names import EVALUATION_AGREEMENT_TOTAL, FIELDS_TOTAL, JUDGE_AGREEMENT_TOTAL
 from monitor.rulekit.prediction_powered import ReviewedPairs, judge_bias
 from monitor.rulekit.simulation import (
+    JUDGE_BIAS,
     JUDGE_FALSE_PASS,
-    REVIEWS_PER_DAY,
+    REVIEWS_PER_WEEK,
     TROUGH_SHARE,
     Samples,
     World,
@@ -188,7 +189,10 @@ def test_incident_spec_errors_say_what_to_write(spec: str, error: str) -> None:
 
 def test_unknown_incident_lists_the_kinds_the_detectors_react_to() -> None:
     """The kinds come from the registered detectors' components, then the core's coverage."""
-    kinds = "latency, regeneration, faithfulness, evaluation, false_exclusion, coverage, all"
+    kinds = (
+        "latency, regeneration, faithfulness, judge_blind, evaluation, false_exclusion, "
+        "coverage, all"
+    )
     with pytest.raises(ValueError, match=f"one of {kinds}"):
         parse_incident("outage:1d:1h")
 
@@ -197,6 +201,7 @@ def test_incident_all_is_every_kind() -> None:
     """``all`` degrades every rate at once."""
     assert set(parse_incident("all:8d14h:6h").kinds) == {
         "faithfulness",
+        "judge_blind",
         "regeneration",
         "false_exclusion",
         "latency",
@@ -248,33 +253,74 @@ def reviewed_pairs(samples: Samples, name: str, judge: str, **labels: str) -> Re
     return ReviewedPairs(*cells)
 
 
-def test_judges_are_reviewed_at_random_by_people_who_agree_with_an_honest_judge() -> None:
-    """Thirty random reviews a day of the faithfulness judge, and of an evaluation set
-    compare_with_review (none of one that is not): the judge passes what people pass
-    (a bias of 0 within noise), and passes 6 in 10 of the answers they fail: at a true
-    share of 0.92 it disagrees with them on about a tenth of the items."""
+def test_judges_are_reviewed_at_random_and_read_the_worlds_bias_high() -> None:
+    """The world's random reviews a week of the faithfulness judge, and of an evaluation
+    set compare_with_review (none of one that is not): the judge's pass share, on the
+    reviewed items and on all it scored, reads the world's judge_bias above the people's,
+    and it passes about 6 in 10 of the answers they fail."""
     evaluation = {
         "groundedness": {"score_min": 0.7, "compare_with_review": True},
         "answer_relevancy": {"score_min": 0.7},
     }
-    samples = run(world(duration_s=28 * DAY_S), {"evaluations": {"evaluations": evaluation}})
+    simulated = world(duration_s=28 * DAY_S, reviews_per_week=1000, judge_bias=0.03)
+    samples = run(simulated, {"evaluations": {"evaluations": evaluation}})
     faithfulness = reviewed_pairs(samples, JUDGE_AGREEMENT_TOTAL, "hhem")
-    assert faithfulness.n / 28 == pytest.approx(REVIEWS_PER_DAY, rel=0.1)
-    assert faithfulness.human_share == pytest.approx(0.92, abs=0.03)
+    assert faithfulness.n / 4 == pytest.approx(1000, rel=0.05)
+    assert faithfulness.human_share == pytest.approx(0.92, abs=0.015)
     bias = judge_bias(faithfulness)
-    assert abs(bias.share) < 3 * bias.stderr
+    assert abs(bias.share - 0.03) < 3 * bias.stderr
     failed = faithfulness.judge_pass_human_fail + faithfulness.both_fail
-    assert faithfulness.judge_pass_human_fail / failed == pytest.approx(JUDGE_FALSE_PASS, abs=0.1)
-    disagree = faithfulness.judge_pass_human_fail + faithfulness.judge_fail_human_pass
-    assert disagree / faithfulness.n == pytest.approx(2 * 0.08 * JUDGE_FALSE_PASS, abs=0.03)
+    assert faithfulness.judge_pass_human_fail / failed == pytest.approx(
+        JUDGE_FALSE_PASS + 0.03 / 2 / 0.08, abs=0.1
+    )
+    scored = counter(samples, "rag_faithfulness_evaluations_total", outcome="scored")[-1]
+    below = counter(samples, "rag_faithfulness_below_threshold_total")[-1]
+    assert 1 - below / scored == pytest.approx(0.95, abs=0.003)
     compared = reviewed_pairs(
         samples, EVALUATION_AGREEMENT_TOTAL, "outcome", evaluation="groundedness"
     )
-    assert compared.n / 28 == pytest.approx(REVIEWS_PER_DAY, rel=0.1)
-    assert compared.human_share == pytest.approx(0.977, abs=0.02)
-    assert abs(judge_bias(compared).share) < 3 * judge_bias(compared).stderr
+    assert compared.n / 4 == pytest.approx(1000, rel=0.05)
+    assert compared.human_share == pytest.approx(0.977 - 0.03, abs=0.01)
+    assert abs(judge_bias(compared).share - 0.03) < 3 * judge_bias(compared).stderr
     with pytest.raises(AssertionError, match="no series"):
         counter(samples, EVALUATION_AGREEMENT_TOTAL, evaluation="answer_relevancy")
+
+
+def test_the_defaults_review_fifty_a_week_of_an_honest_judge() -> None:
+    """Without settings, the world has 50 random reviews a week and a judge without bias."""
+    assert (REVIEWS_PER_WEEK, JUDGE_BIAS) == (50, 0)
+    samples = run(world(duration_s=28 * DAY_S))
+    pairs = reviewed_pairs(samples, JUDGE_AGREEMENT_TOTAL, "hhem")
+    assert pairs.n == pytest.approx(200, rel=0.2)
+    assert abs(judge_bias(pairs).share) < 3 * judge_bias(pairs).stderr
+
+
+def test_a_judge_blind_incident_fails_answers_only_the_reviewers_see() -> None:
+    """During judge_blind, people find 0.75 of the answers faithful while the judge passes
+    as many as before (0.94, reading 2 points high); outside it the reviewers see 0.92."""
+    incident = parse_incident("judge_blind:2d:14d")
+    simulated = world(
+        duration_s=16 * DAY_S, reviews_per_week=2000, judge_bias=0.02, incidents=[incident]
+    )
+    samples = run(simulated)
+
+    def per_minute(name: str, **labels: str) -> NDArray[np.float64]:
+        return np.diff(counter(samples, name, **labels), prepend=0)
+
+    scored = per_minute("rag_faithfulness_evaluations_total", outcome="scored")
+    below = per_minute("rag_faithfulness_below_threshold_total")
+    during, before = slice(2 * 1440, None), slice(0, 2 * 1440)
+    assert 1 - below[during].sum() / scored[during].sum() == pytest.approx(0.94, abs=0.003)
+    assert 1 - below[before].sum() / scored[before].sum() == pytest.approx(0.94, abs=0.005)
+    cells = {
+        (judge, human): per_minute(JUDGE_AGREEMENT_TOTAL, stratum="random", hhem=judge, human=human)
+        for judge in ("supported", "unsupported")
+        for human in ("yes", "no")
+    }
+    for part, truth in ((during, 0.75), (before, 0.92)):
+        yes = sum(cells[(judge, "yes")][part].sum() for judge in ("supported", "unsupported"))
+        total = sum(counts[part].sum() for counts in cells.values())
+        assert yes / total == pytest.approx(truth, abs=0.03)
 
 
 def test_coverage_incident_leaves_requests_without_contexts() -> None:
