@@ -42,7 +42,7 @@ _WILSON = re.compile(
 # reviewers, so the judge's own bound decides here.
 _SWITCH = re.compile(
     r'(?P<open>\(\n)?label_replace\(\n.*?"estimate", "corrected", "", ""\n\)\nor\n'
-    r'label_replace\(\n(?P<judge>[^\n]+)\nunless on [^\n]+,\n"estimate", "judge", "", ""\n\)'
+    r'label_replace\(\n(?P<judge>[^\n]+)\nunless on .+?,\n"estimate", "judge", "", ""\n\)'
     r"(?(open)\n\))",
     re.DOTALL,
 )
