@@ -24,13 +24,23 @@ from monitor.names import (
     FIELDS_TOTAL,
     MISSING_INPUTS_TOTAL,
     OTHER_INSTRUMENTATIONS_TOTAL,
+    RETRIEVAL_CALLS,
+    TOOL_CALLS_TOTAL,
     missing_lower_bound,
     missing_ratio,
     requests_count,
 )
 from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
-from monitor.rulekit.promql import JOB, alert, panel_rate, panel_ratio, percent, recorded_value
+from monitor.rulekit.promql import (
+    JOB,
+    alert,
+    panel_quantile,
+    panel_rate,
+    panel_ratio,
+    percent,
+    recorded_value,
+)
 
 # The incident kind of ``rag-monitor rules backtest --simulate`` that these rules catch
 # (``alerts/simulate.py``): requests without contexts, as an instrumentation the mapping
@@ -108,7 +118,8 @@ def rules(config: Config, components: Sequence[DetectorComponent]) -> RuleFragme
 def rows(guardrails: GuardrailsConfig) -> list[Row]:
     """What the monitor sees: the share of requests carrying each field, per instrumentation,
     the scopes counted as other by name, the traces it could not read as requests, the
-    traces each detector could not judge, and documents whose id it derived."""
+    traces each detector could not judge, documents whose id it derived, an agent's tool
+    calls by tool and the retrieval steps per request."""
     window = guardrails.coverage_window
 
     def seen(matchers: str) -> str:
@@ -169,5 +180,35 @@ def rows(guardrails: GuardrailsConfig) -> list[Row]:
             "the evidence), with an id derived from the text that no label can name.",
             width=8,
         ),
+        *_agent_panels(),
     ]
     return [Row("What the monitor sees", panels)]
+
+
+def _agent_panels() -> list[Panel]:
+    """An agent's tool calls by tool, and the retrieval steps per request."""
+    return [
+        Panel(
+            "Tool calls, by tool and whether read as retrieval",
+            [(panel_rate(TOOL_CALLS_TOTAL, by="tool, retrieval"), "{{tool}} · {{retrieval}}")],
+            unit="ops",
+            description="An agent's tool calls by tool name: retrieval=true when the result "
+            "held documents (or collectors.spans.mapping.retrieval_tools names the tool). A "
+            "tool that retrieves but reads false returns a shape to name there.",
+            width=8,
+        ),
+        Panel(
+            "Retrieval steps per request (p50, p95), by instrumentation",
+            [
+                (
+                    panel_quantile(q, RETRIEVAL_CALLS, "instrumentation"),
+                    f"{{{{instrumentation}}}} p{q * 100:g}",
+                )
+                for q in (0.5, 0.95)
+            ],
+            description="Retriever spans and tool calls that retrieved, per production request: "
+            "a pipeline retrieves once, an agent may retrieve several times, a runaway loop "
+            "many.",
+            width=8,
+        ),
+    ]

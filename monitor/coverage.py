@@ -14,6 +14,13 @@ The instrumentation label is bounded like the variant: an allow-list
 name (a ``rag-trace/1`` record, a span from an unnamed tracer). Which scopes ``other``
 stands for is counted beside, by name (``rag_trace_other_instrumentations_total``, the
 first ``MAX_INSTRUMENTATIONS`` names): the names to add to the allow-list.
+
+Agents retrieve through tools (collectors/spans/tools.py): the retrieval steps a request
+made are a histogram per instrumentation (``rag_trace_retrieval_calls``), and the tool
+calls seen are counted by tool name and whether they were read as retrieval
+(``rag_trace_tool_calls_total``, the first ``MAX_TOOLS`` names): a tool that retrieves but
+is counted ``retrieval="false"`` returns a shape to name in
+``collectors.spans.mapping.retrieval_tools``.
 """
 
 from __future__ import annotations
@@ -25,11 +32,17 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from monitor.names import DERIVED_DOCUMENT_IDS_TOTAL, FIELDS_TOTAL, OTHER_INSTRUMENTATIONS_TOTAL
+from monitor.names import (
+    DERIVED_DOCUMENT_IDS_TOTAL,
+    FIELDS_TOTAL,
+    OTHER_INSTRUMENTATIONS_TOTAL,
+    RETRIEVAL_CALLS,
+    TOOL_CALLS_TOTAL,
+)
 from monitor.trace import STAGES, RagTrace
 from monitor.variants import LABEL_VALUE, OTHER, bounded_label
 
@@ -46,6 +59,9 @@ DEFAULT_INSTRUMENTATIONS = (
     "opentelemetry.instrumentation.openai",
 )
 MAX_INSTRUMENTATIONS = 64  # each multiplies the coverage series by the fields counted
+MAX_TOOLS = 64  # tool names counted by name; later ones as other
+# Retrieval steps a request made: a pipeline's one, an agent's few, a runaway loop's many.
+RETRIEVAL_CALL_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 12, 16)
 
 
 def stage_field(stage: str) -> str:
@@ -97,6 +113,17 @@ _OTHER_HELP = (
     "service.instrumentations to see its coverage by name (the first "
     f"{MAX_INSTRUMENTATIONS} names; later ones, and names that are no label value, as other)."
 )
+_RETRIEVAL_CALLS_HELP = (
+    "Production RAG requests by how many retrieval steps they made (retriever spans and "
+    "tool calls that retrieved), by instrumentation; requests whose producer does not say "
+    "(rag-trace/1 records without retrieval_calls) are not counted."
+)
+_TOOLS_HELP = (
+    "Tool calls of production requests by tool name (the first "
+    f"{MAX_TOOLS} names; later ones, and names that are no label value, as other) and "
+    'whether the mapping read them as a retrieval step (retrieval="true": their result '
+    "held documents, or collectors.spans.mapping.retrieval_tools names them)."
+)
 _DERIVED_HELP = (
     "Documents of production requests that came without an id: the mapping derived "
     "one from their text (still contexts; no label or gold set can name them)."
@@ -114,6 +141,8 @@ class _Tally:
     derived: int = 0
     unreadable: int = 0
     unreadable_created: float | None = None
+    # Requests by how many retrieval steps they made (those that say).
+    retrieval_calls: dict[int, int] = field(default_factory=dict)
 
 
 class FieldCoverage(Collector):
@@ -133,6 +162,8 @@ class FieldCoverage(Collector):
         self._tallies: dict[str, _Tally] = {}
         # The scope names behind the label other: name -> (traces, first seen).
         self._folded: dict[str, tuple[int, float]] = {}
+        # Tool calls: (tool, retrieval) -> (calls, first seen).
+        self._tools: dict[tuple[str, str], tuple[int, float]] = {}
         self._lock = threading.Lock()  # the pipeline thread counts, a scrape reads
         registry.register(self)
 
@@ -147,8 +178,25 @@ class FieldCoverage(Collector):
                 tally.created = time.time()
             tally.patterns[pattern] = tally.patterns.get(pattern, 0) + 1
             tally.derived += derived
+            calls = trace.retrieval_calls
+            if calls is not None:
+                tally.retrieval_calls[calls] = tally.retrieval_calls.get(calls, 0) + 1
+            if trace.tool_calls:
+                self._count_tools(trace)
             if label == OTHER:
                 self._fold(trace.instrumentation)
+
+    def _count_tools(self, trace: RagTrace) -> None:
+        """Count each tool call by name and whether it retrieved (lock held)."""
+        named = {name for name, _ in self._tools}
+        for call in trace.tool_calls:
+            name = call.name if LABEL_VALUE.match(call.name) else OTHER
+            if name not in named and len(named) >= MAX_TOOLS:
+                name = OTHER
+            named.add(name)
+            key = (name, "true" if call.retrieval else "false")
+            calls, created = self._tools.get(key, (0, time.time()))
+            self._tools[key] = (calls + 1, created)
 
     def unreadable(self, instrumentation: str | None) -> None:
         """Count a trace that could not be read as a RAG request."""
@@ -179,15 +227,31 @@ class FieldCoverage(Collector):
         return list(self._families())
 
     def collect(self) -> Iterator[Metric]:
-        fields, derived, folded = self._families()
+        fields, derived, folded, retrievals, tools = self._families()
         with self._lock:
             for scope, (traces, first_seen) in self._folded.items():
                 folded.add_metric([scope], traces, created=first_seen)
+            for (tool, retrieval), (calls, first_seen) in self._tools.items():
+                tools.add_metric([tool, retrieval], calls, created=first_seen)
             tallies = [
                 (label, tally.created, dict(tally.patterns), tally.derived, tally.unreadable,
                  tally.unreadable_created)
                 for label, tally in self._tallies.items()
             ]  # fmt: skip
+            steps = {
+                label: dict(tally.retrieval_calls)
+                for label, tally in self._tallies.items()
+                if tally.retrieval_calls
+            }
+        for label, counts in steps.items():
+            buckets = [
+                (f"{bound:g}", sum(n for calls, n in counts.items() if calls <= bound))
+                for bound in RETRIEVAL_CALL_BUCKETS
+            ]
+            total = sum(counts.values())
+            retrievals.add_metric(
+                [label], [*buckets, ("+Inf", total)], sum(c * n for c, n in counts.items())
+            )
         for label, created, patterns, documents, unreadable, unreadable_created in tallies:
             if unreadable_created is not None:
                 first = unreadable_created if created is None else min(created, unreadable_created)
@@ -210,9 +274,17 @@ class FieldCoverage(Collector):
         yield fields
         yield derived
         yield folded
+        yield retrievals
+        yield tools
 
     @staticmethod
-    def _families() -> tuple[CounterMetricFamily, CounterMetricFamily, CounterMetricFamily]:
+    def _families() -> tuple[
+        CounterMetricFamily,
+        CounterMetricFamily,
+        CounterMetricFamily,
+        HistogramMetricFamily,
+        CounterMetricFamily,
+    ]:
         return (
             CounterMetricFamily(
                 FIELDS_TOTAL, _FIELDS_HELP, labels=["field", "present", "instrumentation"]
@@ -221,4 +293,8 @@ class FieldCoverage(Collector):
                 DERIVED_DOCUMENT_IDS_TOTAL, _DERIVED_HELP, labels=["instrumentation"]
             ),
             CounterMetricFamily(OTHER_INSTRUMENTATIONS_TOTAL, _OTHER_HELP, labels=["scope"]),
+            HistogramMetricFamily(
+                RETRIEVAL_CALLS, _RETRIEVAL_CALLS_HELP, labels=["instrumentation"]
+            ),
+            CounterMetricFamily(TOOL_CALLS_TOTAL, _TOOLS_HELP, labels=["tool", "retrieval"]),
         )

@@ -39,6 +39,9 @@ FIELDS_TOTAL = "rag_trace_fields_total"  # by field, present and instrumentation
 DERIVED_DOCUMENT_IDS_TOTAL = "rag_trace_derived_document_ids_total"  # by instrumentation
 # by scope: the names behind instrumentation="other"
 OTHER_INSTRUMENTATIONS_TOTAL = "rag_trace_other_instrumentations_total"
+# by instrumentation: retrieval steps a request made (an agent may retrieve several times)
+RETRIEVAL_CALLS = "rag_trace_retrieval_calls"
+TOOL_CALLS_TOTAL = "rag_trace_tool_calls_total"  # by tool and whether it retrieved
 MISSING_INPUTS_TOTAL = "rag_monitor_detector_missing_inputs_total"  # by detector and field
 
 

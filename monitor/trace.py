@@ -42,6 +42,7 @@ MAX_DWELL_SECONDS = 86_400.0  # a dwell longer than a day is a client's clock, n
 # real retriever hands thousands of chunks to a generator, and holding them
 # would let one request take the memory meant for many traces.
 MAX_DOCUMENTS = 1000
+MAX_TOOL_CALLS = 256  # of one request, kept in call order
 # Release attributes become metric label values (detectors/release): bounded, never free text.
 MAX_RELEASE_ATTRIBUTE_LENGTH = 128
 
@@ -79,7 +80,8 @@ def _utc_unless_zoned(time: datetime) -> datetime:
     return time if time.tzinfo else time.replace(tzinfo=UTC)
 
 
-Id = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+MAX_ID_LENGTH = 256
+Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_LENGTH)]
 Finite = Annotated[float, AllowInfNan(False)]
 Count = Annotated[int, Field(ge=0)]
 DocIds = Annotated[tuple[Id, ...], _JsonArray(max_length=MAX_DOCUMENTS)]
@@ -122,6 +124,19 @@ class EvaluationResult:
     response_id: Id | None = None
     trace_id: TraceId | None = None
     span_id: Id | None = None  # the evaluated span, when the producer names it
+
+
+@dataclass(slots=True, unsafe_hash=True)  # per request: see above
+class ToolCall:
+    """One tool call of an agent's request, in call order (collectors/spans/tools.py): the
+    tool's name, whether it was a retrieval step (its result held documents, or
+    ``mapping.retrieval_tools`` names it), the arguments it was called with (a retrieval's
+    are the agent's own query, never the question judged) and how many documents it gave."""
+
+    name: Id
+    retrieval: bool = False
+    arguments: str | None = None
+    documents: Count = 0
 
 
 @dataclass(slots=True, unsafe_hash=True)  # per request: see above
@@ -196,6 +211,12 @@ class RagTrace:
     # Evaluators' verdicts carried inside the request's spans (span events, annotations,
     # EVALUATOR spans); detectors/evaluations counts them. Empty in older records.
     evaluations: Annotated[tuple[EvaluationResult, ...], _JsonArray(max_length=256)] = ()
+    # How many retrieval steps the request made: retriever spans and tool calls that
+    # retrieved (an agent may retrieve several times). None where the producer does not
+    # say (older records).
+    retrieval_calls: Count | None = None
+    # The request's tool calls (an agent's), in call order; empty for a pipeline.
+    tool_calls: Annotated[tuple[ToolCall, ...], _JsonArray(max_length=MAX_TOOL_CALLS)] = ()
 
 
 @dataclass(frozen=True, slots=True)

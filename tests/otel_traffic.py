@@ -35,6 +35,8 @@ class RagRequest:
     """more metadata per doc id (e.g. ``{"d2": {"locale": "en-GB"}}``), beside its tenant"""
     cost_usd: float | None = None
     """with a value, the LLM span carries it as ``llm.cost.total``"""
+    tools: Sequence[tuple[str, str]] = ()
+    """tool calls (name, result) an agent made before generating: TOOL spans, no time"""
 
     @property
     def total_s(self) -> float:
@@ -144,6 +146,16 @@ def emit_rag_request(
         ),
     ]
     for name, kind, seconds, attributes in stages:
+        if kind == "LLM":
+            for tool, result in request.tools:
+                tool_attributes = {
+                    "openinference.span.kind": "TOOL",
+                    "tool.name": tool,
+                    "output.value": result,
+                }
+                children.start_span(
+                    tool, context=context, start_time=t, attributes=tool_attributes
+                ).end(end_time=t)
         span = children.start_span(
             name,
             context=context,

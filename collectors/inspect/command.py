@@ -240,7 +240,7 @@ def run(args: argparse.Namespace, config: Any) -> int:
         print("rag-monitor inspect: no readable traces", file=sys.stderr)
         return NOTHING_READ
     try:
-        _print_reports(
+        print_reports(
             traces, config.collectors.spans.mapping, config.service.instrumentations, args.json
         )
     except BrokenPipeError:  # | head: the reader has what it wanted
@@ -248,22 +248,36 @@ def run(args: argparse.Namespace, config: Any) -> int:
     return 0
 
 
-def _print_reports(
+def print_reports(
     traces: Sequence[Sequence[Span]], mapping: Any, instrumentations: Sequence[str], as_json: bool
 ) -> None:
     from collectors.inspect.provenance import inspect_trace
+    from collectors.inspect.suggest import constant_documents
     from collectors.inspect.view import render, summary
 
-    reports = []
-    for trace in traces:
-        report = inspect_trace(trace, mapping)
-        if as_json:
-            sys.stdout.write(orjson.dumps(report).decode() + "\n")
-        else:
-            sys.stdout.write(render(report) + "\n")
-            reports.append(report)
+    reports = [inspect_trace(trace, mapping) for trace in traces]
+    proposed: list[set[str]] = [set() for _ in traces]
+    refused: dict[str, str] = {}
+    # Suggest again without the refused settings, until what else fills the documents (a
+    # json_documents section over the same list, say) is refused too or differs per trace.
+    while new := {
+        setting: reason
+        for setting, reason in constant_documents(reports).items()
+        if setting not in refused
+    }:
+        for seen, report in zip(proposed, reports, strict=True):
+            seen.update(report["suggested_documents"])
+        refused |= new
+        reports = [inspect_trace(trace, mapping, refused) for trace in traces]
+    for seen, report in zip(proposed, reports, strict=True):
+        del report["suggested_documents"]  # the texts are in the fields, once pasted
+        if seen & refused.keys():
+            report["refused"] = [refused[setting] for setting in sorted(seen & refused.keys())]
+    for report in reports:
+        sys.stdout.write(orjson.dumps(report).decode() if as_json else render(report))
+        sys.stdout.write("\n")
     if not as_json:
-        sys.stdout.write(summary(reports, instrumentations))
+        sys.stdout.write(summary(reports, instrumentations, list(refused.values())))
     sys.stdout.flush()
 
 

@@ -12,9 +12,11 @@ from typing import Any
 
 import orjson
 
+from collectors.inspect.shapes import holds_documents, never_evidence
 from collectors.spans.config import MappingConfig
 from collectors.spans.kinds import STAGE_OF_KIND
 from collectors.spans.span import Span
+from collectors.spans.tools import tool_name
 from monitor.trace import RagTrace
 
 KIND_OF_STAGE = {stage: kind for kind, stage in STAGE_OF_KIND.items()}
@@ -81,6 +83,7 @@ class MissingReasons:
 
     def __init__(self, mapped: Mapped) -> None:
         self._trace = mapped.trace
+        self._spans = mapped.spans
         self._request = mapped.request
         self._mapping = mapped.mapping
         self._of_kind = mapped.of_kind
@@ -139,10 +142,30 @@ class MissingReasons:
             )
         else:
             reason = "no RETRIEVER span with documents"
+        tools = self._of_kind("TOOL")
+        if tools:
+            named = self._mapping.retrieval_tools
+            calls = ", ".join(f'"{span.name}" (tool {tool_name(span)})' for span in tools)
+            reason += f"; tool calls {calls} gave no documents (" + (
+                f"collectors.spans.mapping.retrieval_tools {named} names the tools that retrieve)"
+                if named
+                else "no list of documents in their results)"
+            )
         attributes = getattr(self._mapping, "document_attributes", None)
         if attributes is not None:
             key = "collectors.spans.mapping.document_attributes"
             reason += f"; no span holds an attribute of {key} {attributes}"
+        ignored = sorted({
+            f'{name} on "{span.name}"'
+            for span in self._spans
+            for name, value in span.attributes.items()
+            if never_evidence(name) and holds_documents(parsed_json(value))
+        })  # fmt: skip
+        if ignored:
+            reason += (
+                f"; not proposed as documents: {', '.join(ignored)} (instructions, prompts, "
+                "messages, tool arguments and inputs are never evidence)"
+            )
         return reason
 
     def _retrieved_ids(self) -> str:

@@ -12,10 +12,7 @@ The report is a plain JSON-able dict: ``--json`` prints it, the terminal view re
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from collectors.inspect.missing import (
@@ -23,48 +20,30 @@ from collectors.inspect.missing import (
     Mapped,
     MissingReasons,
     not_a_request,
-    parsed_json,
 )
-from collectors.inspect.shapes import escape_pointer
 from collectors.inspect.suggest import request_suggestion, suggestions
+from collectors.inspect.values import Origin, Values, indexed_family
 from collectors.spans.config import MappingConfig
 from collectors.spans.openinference import TraceMapper
 from collectors.spans.span import Span
 from collectors.spans.stages import judged_spans
+from collectors.spans.tools import RetrievalTools
 from monitor.coverage import PRESENT, REQUEST
 from monitor.trace import Context, RagTrace, Usage
 
 MAX_ORIGINS = 10  # places named per value; a report says how many more hold it
-_DIGITS = re.compile(r"(?<=[./])\d+(?=[./]|$)")
-
-
-@dataclass(frozen=True, slots=True)
-class Origin:
-    """A place in a trace: a span's attribute (at a JSON pointer inside its value), a
-    resource attribute, an event, the scope name or the span's times."""
-
-    span: Span
-    where: str  # attribute | resource | event | scope | times
-    name: str = ""
-    pointer: str = ""
-
-    def as_json(self) -> dict[str, str]:
-        out = {"span": self.span.name, "span_id": self.span.span_id, "scope": self.span.scope}
-        out["in"] = self.where
-        if self.name:
-            out["name"] = self.name
-        if self.pointer:
-            out["pointer"] = self.pointer
-        return out
 
 
 def span_json(span: Span) -> dict[str, str]:
     return {"span": span.name, "span_id": span.span_id, "scope": span.scope}
 
 
-def inspect_trace(spans: Sequence[Span], mapping: MappingConfig) -> dict[str, Any]:
+def inspect_trace(
+    spans: Sequence[Span], mapping: MappingConfig, refused: Collection[str] = ()
+) -> dict[str, Any]:
     """The report of one trace: its spans, the fields it maps to with their origins, the
-    fields missing with the reason, and the ``mapping:`` content that would fill some."""
+    fields missing with the reason, and the ``mapping:`` content that would fill some
+    (never a document setting of ``refused``, ``suggest.constant_documents``)."""
     mapper = TraceMapper(mapping)
     kinds = mapper.span_kinds(spans)
     trace = mapper.build(spans, "otlp")
@@ -90,18 +69,23 @@ def inspect_trace(spans: Sequence[Span], mapping: MappingConfig) -> dict[str, An
             mapper = TraceMapper(mapping)
             remapped = mapper.build(spans, "otlp")
             assert remapped is not None  # request_suggestion mapped it so
-            more, fills = suggestions(*_missing(remapped, spans, mapper.span_kinds(spans), mapping))
-            report["mapping"] = {**as_request, **more}
-            report["mapping_fills"] = {key: [REQUEST] for key in as_request} | fills
+            more = suggestions(
+                *_missing(remapped, spans, mapper.span_kinds(spans), mapping), refused
+            )
+            report["mapping"] = {**as_request, **more.mapping}
+            report["mapping_fills"] = {key: [REQUEST] for key in as_request} | more.fills
+            report["suggested_documents"] = more.documents
         return report
     mapped, missing = _missing(trace, spans, kinds, mapping)
     request = mapped.request
-    suggested, fills = suggestions(mapped, missing)
+    suggested = suggestions(mapped, missing, refused)
     report["request_span"] = span_json(request)
     report["fields"] = _Provenance(mapped).fields(trace)
     report["missing"] = missing
-    report["mapping"] = suggested
-    report["mapping_fills"] = fills
+    report["mapping"] = suggested.mapping
+    report["mapping_fills"] = suggested.fills
+    # what each document setting filled here, for constant_documents across the traces
+    report["suggested_documents"] = suggested.documents
     return report
 
 
@@ -114,118 +98,6 @@ def _missing(
     why = MissingReasons(mapped)
     missing = {name: why.missing(name) for name, present in PRESENT.items() if not present(trace)}
     return mapped, missing
-
-
-# --- finding mapped values among the attributes ---------------------------------------------
-
-
-class _Values:
-    """Every value the spans of one trace hold, to look mapped values up: strings and
-    numbers wherever they sit (inside JSON text too), whole lists and objects by equality.
-    The request span's come first, then the others by start time, as the mapper prefers."""
-
-    def __init__(self, spans: Sequence[Span], request: Span) -> None:
-        self._scalars: dict[Hashable, list[Origin]] = {}
-        self._wholes: list[tuple[Any, Origin]] = []
-        ordered = [request, *sorted((s for s in spans if s is not request), key=_start)]
-        for span in ordered:
-            for name, value in span.attributes.items():
-                self._add(Origin(span, "attribute", name), value)
-        # The mapping reads resource attributes of the request span only.
-        for name, value in request.resource.items():
-            self._add(Origin(request, "resource", name), value)
-
-    def _add(self, origin: Origin, value: Any) -> None:
-        key = _scalar_key(value)
-        if key is not None:
-            self._scalars.setdefault(key, []).append(origin)
-        parsed = parsed_json(value)
-        if not isinstance(parsed, list | dict):
-            return
-        self._wholes.append((_plain(parsed), origin))
-        # Depth first, in document order; a stack, not recursion: JSON nests 1,024 deep.
-        stack: list[tuple[Any, str]] = [(parsed, "")]
-        while stack:
-            node, pointer = stack.pop()
-            if isinstance(node, dict):
-                children = [(v, f"{pointer}/{escape_pointer(str(k))}") for k, v in node.items()]
-            elif isinstance(node, list) and not _is_vector(node):
-                children = [(v, f"{pointer}/{i}") for i, v in enumerate(node)]
-            else:
-                key = _scalar_key(node) if pointer else None
-                if key is not None:
-                    at = Origin(origin.span, origin.where, origin.name, pointer)
-                    self._scalars.setdefault(key, []).append(at)
-                continue
-            stack.extend(reversed(children))
-
-    def find(
-        self, value: Any, near: Origin | None = None, where: str | None = None
-    ) -> list[Origin]:
-        """Where ``value`` sits; the places closest to ``near`` first (same span, same
-        attribute, longest common JSON pointer), then in the order the mapper prefers."""
-        if isinstance(value, list | tuple | dict):
-            plain = _plain(value)
-            found = [origin for whole, origin in self._wholes if whole == plain]
-        else:
-            key = _scalar_key(value)
-            found = list(self._scalars.get(key, ())) if key is not None else []
-        if where is not None:
-            found = [origin for origin in found if origin.where == where]
-        if near is not None:
-            found.sort(key=lambda origin: _distance(origin, near))
-        return found
-
-    def find_id(self, doc_id: str, near: Origin | None) -> list[Origin]:
-        """A document id: as text, or as the integer a producer wrote."""
-        found = self.find(doc_id, near)
-        if not found and doc_id.isdecimal() and len(doc_id) < 19:
-            found = self.find(int(doc_id), near)
-        return found
-
-
-def _start(span: Span) -> int:
-    return span.start_ns
-
-
-def _scalar_key(value: Any) -> Hashable | None:
-    if isinstance(value, str):
-        return value or None
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return ("number", float(value))
-    return None
-
-
-def _plain(value: Any) -> Any:
-    """Tuples as lists, numbers as floats: what equality of JSON-like values needs."""
-    if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return value
-
-
-def _is_vector(node: list[Any]) -> bool:
-    """A long list of numbers (an embedding): found as a whole, not element by element."""
-    return len(node) > 16 and all(_scalar_key(item) is not None for item in node[:17])
-
-
-def _distance(origin: Origin, near: Origin) -> tuple[bool, bool, int]:
-    shared = 0
-    for mine, theirs in zip(origin.pointer.split("/"), near.pointer.split("/"), strict=False):
-        if mine != theirs:
-            break
-        shared += 1
-    return origin.span is not near.span, origin.name != near.name, -shared
-
-
-def _family(origin: Origin) -> Origin:
-    """The indexed family of a place: ``retrieval.documents.N.document.id``, ``/N/id``."""
-    return Origin(
-        origin.span, origin.where, _DIGITS.sub("N", origin.name), _DIGITS.sub("N", origin.pointer)
-    )
 
 
 # --- the fields and their origins -----------------------------------------------------------
@@ -252,7 +124,15 @@ class _Provenance:
         self._request = mapped.request
         self._of_kind = mapped.of_kind
         self._mapping = mapped.mapping
-        self._values = _Values(mapped.spans, mapped.request)
+        self._values = Values(mapped.spans, mapped.request)
+        # The retrieval steps: RETRIEVER spans and the tool calls that retrieved. A
+        # document's text sits in later spans too (the chat messages that quote it): the
+        # steps it came from are named first.
+        tools = RetrievalTools(mapped.mapping.retrieval_tools)
+        self._retrievals = [
+            *mapped.of_kind("RETRIEVER"),
+            *(span for span in mapped.of_kind("TOOL") if tools.documents(span) is not None),
+        ]
 
     def fields(self, trace: RagTrace) -> dict[str, Any]:
         find = self._values.find
@@ -315,6 +195,7 @@ class _Provenance:
         find = self._values.find
         out: dict[str, Any] = {}
         text_origins = find(context.text) if context.text else []
+        text_origins.sort(key=lambda origin: origin.span not in self._retrievals)
         near = text_origins[0] if text_origins else None
         if context.id_derived:
             out["doc_id"] = _entry(
@@ -346,7 +227,7 @@ class _Provenance:
                 continue
             found = self._values.find_id(doc_id, None)
             if found:
-                family = _family(found[0])
+                family = indexed_family(found[0])
                 families.setdefault(
                     (family.span.span_id, family.where, family.name, family.pointer), family
                 )
@@ -362,6 +243,13 @@ class _Provenance:
                 )
             elif stage == "ttft":
                 out[stage] = self._ttft(seconds)
+            elif stage == "retrieve":
+                out[stage] = _entry(
+                    seconds,
+                    [Origin(span, "times") for span in self._retrievals],
+                    "the wall-clock union of the retrieval steps' times (RETRIEVER spans, tool "
+                    "calls that retrieved) within the request span",
+                )
             else:
                 kind = KIND_OF_STAGE[stage]
                 out[stage] = _entry(

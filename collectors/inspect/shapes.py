@@ -19,6 +19,13 @@ from collectors.spans.text import decoded
 
 # Keys whose value reads as a document's text, in a list of objects or an indexed family.
 TEXT_KEYS = ("content", "text", "page_content", "document", "chunk", "passage")
+# Attributes that hold what went into a call, never what a retrieval returned: system
+# instructions, prompts and templates, chat messages, tool arguments, a span's input. A
+# list of texts there fits the shape of documents and fills the field, and is wrong: the
+# judge would score answers against the prompt (gen_ai.system_instructions, say).
+_NOT_EVIDENCE = re.compile(
+    r"instruction|prompt|template|message|completion|argument|(^|[._])input([._]|$)"
+)
 
 _ID_KEYS = ("id", "id_", "node_id", "doc_id", "document_id", "chunk_id", "uuid")
 _SCORE_KEYS = ("score", "similarity", "relevance_score", "distance")
@@ -31,6 +38,25 @@ _TOKEN_PAIRS = (
     ("prompt_token_count", "candidates_token_count"),
 )
 _MAX_DEPTH = 12  # a document or a usage object sits near the top of a call's JSON
+
+
+def never_evidence(attribute: str) -> bool:
+    """Whether the attribute named ``attribute`` holds what went into a call (instructions,
+    a prompt, messages, tool arguments, an input), never retrieved documents."""
+    return _NOT_EVIDENCE.search(attribute.lower()) is not None
+
+
+def holds_documents(value: Any) -> bool:
+    """Whether ``value`` is a list with an object that has a text under a text key and no
+    role (an object with a role is a chat message)."""
+    if not isinstance(value, list):
+        return False
+    return any(
+        isinstance(item, dict)
+        and "role" not in item
+        and any(isinstance(item.get(key), str) for key in TEXT_KEYS)
+        for item in value
+    )
 
 
 def escape_pointer(key: str) -> str:
@@ -98,8 +124,11 @@ def _document_pointers(item: Any) -> dict[str, str] | None:
 
 
 def document_lists(span: Span) -> Iterator[dict[str, str]]:
-    """``json_documents`` settings for each list of documents in the span's JSON values."""
+    """``json_documents`` settings for each list of documents in the span's JSON values,
+    outside the attributes that are never evidence."""
     for attribute, value in json_values(span):
+        if never_evidence(attribute):
+            continue
         for pointer, node in _walk(value):
             if not isinstance(node, list) or not node:
                 continue

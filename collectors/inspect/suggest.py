@@ -11,15 +11,20 @@ every field that was there as it was.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from collectors.inspect.missing import Mapped, parsed_json
 from collectors.inspect.shapes import (
     TEXT_KEYS,
     document_lists,
     escape_pointer,
+    holds_documents,
     name_pattern,
+    never_evidence,
     usage_objects,
 )
 from collectors.spans.config import MappingConfig
@@ -32,8 +37,8 @@ from monitor.coverage import PRESENT, stage_field
 from monitor.trace import RagTrace
 
 _TEXT_KEYS = frozenset(TEXT_KEYS)
-# Attribute families that hold chat messages, never documents.
-_MESSAGE_WORDS = ("message", "prompt", "completion")
+# Words of an attribute that names what a retrieval returned: proposed before the others.
+_RESULT_WORDS = ("result", "output", "document", "retriev")
 _QUERY_KEYS = frozenset({
     "query", "question", "q", "text", "content", "prompt", "input", "message",
     "user_input", "user_query", "query_text", "search", "utterance",
@@ -57,20 +62,40 @@ _FILLED: dict[str, Callable[[RagTrace], bool]] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Suggested:
+    """What ``suggestions`` proposes: the ``mapping:`` settings, the fields each fills,
+    and the documents, (id, text), each document setting (``document_setting``) filled in
+    this trace (an id-less document's id is derived from its text)."""
+
+    mapping: Settings
+    fills: dict[str, list[str]]
+    documents: dict[str, tuple[tuple[str, str | None], ...]]
+
+
 def suggestions(
-    mapped: Mapped, missing: Mapping[str, str]
-) -> tuple[Settings, dict[str, list[str]]]:
+    mapped: Mapped, missing: Mapping[str, str], refused: Collection[str] = ()
+) -> Suggested:
     """``mapping:`` settings that fill missing fields, each kept only when mapping the
     trace again with it (and the ones kept before) fills them and leaves every field that
     was there as it was; extends the configured lists and tables rather than replacing
-    them, so nothing the mapping reads now is lost."""
+    them, so nothing the mapping reads now is lost. A document setting among ``refused``
+    (``constant_documents``) is never tried."""
     current = mapped.mapping.model_dump()
     accepted: Settings = {}
     fills: dict[str, list[str]] = {}
+    documents: dict[str, tuple[tuple[str, str | None], ...]] = {}
     trace = mapped.trace  # as mapped with the settings accepted so far
     for settings, fields in _candidates(mapped, missing):
         if all(_FILLED[field](trace) for field in fields):
             continue  # filled by a setting accepted before
+        named = [
+            document_setting(key, value, current)
+            for key, value in settings.items()
+            if key in ("document_attributes", "json_documents")
+        ]
+        if any(setting in refused for setting in named):
+            continue
         remapped, added = _tried(mapped.spans, current, accepted, settings)
         if (
             remapped is not None
@@ -81,8 +106,41 @@ def suggestions(
             filled = [f for f in _FILLED if _FILLED[f](remapped) and not _FILLED[f](trace)]
             for key in added:
                 fills[key] = sorted({"usage" if f == _LLM_USAGE else f for f in filled})
+            for setting in named:
+                documents[setting] = tuple(
+                    (context.doc_id, context.text) for context in remapped.contexts
+                )
             trace = remapped
-    return accepted, fills
+    return Suggested(accepted, fills, documents)
+
+
+def constant_documents(reports: Sequence[Settings]) -> dict[str, str]:
+    """Of the document settings ``reports`` suggest (``inspect_trace``'s, one per trace,
+    with the documents each setting filled under ``suggested_documents``), those that
+    filled the same documents (ids and texts) in every trace, two traces or more, each
+    (``document_setting``) with the reason: what does not change with the question is a
+    prompt or a template, not what a retrieval returned, though it fills the field."""
+    filled: dict[str, list[tuple[tuple[str, str | None], ...]]] = {}
+    for report in reports:
+        for setting, texts in report.get("suggested_documents", {}).items():
+            filled.setdefault(setting, []).append(texts)
+    return {
+        setting: (
+            f"{setting} not proposed: it gives the same {len(texts[0])} document(s) in all "
+            f"{len(texts)} traces it fills (a prompt or a template, not what a retrieval "
+            "returned)"
+        )
+        for setting, texts in filled.items()
+        if len(texts) > 1 and len(set(texts)) == 1
+    }
+
+
+def document_setting(key: str, value: Any, current: Settings) -> str:
+    """A document setting as one line: ``document_attributes x``, or ``json_documents
+    {...}`` over the ``current`` section's values (as the suggestion writes it)."""
+    if isinstance(value, str):
+        return f"{key} {value}"
+    return f"{key} {orjson.dumps({**current[key], **value}).decode()}"
 
 
 def _tried(
@@ -254,33 +312,24 @@ def _json_candidates(
 
 def _document_attributes(spans: Sequence[Span]) -> Iterator[str]:
     """Attributes that look like a request's documents: a list of objects (JSON text or
-    an OTLP array) with a text-like key, or an indexed family ``x.N.content``."""
-    seen: set[str] = set()
+    an OTLP array) with a text-like key, or an indexed family ``x.N.content``; never one
+    that holds what went into a call (``shapes.never_evidence``). Those named like a
+    result (a tool's result, a step's output) come first."""
+    found: list[str] = []
     for span in spans:
         for name, value in span.attributes.items():
-            if any(word in name for word in _MESSAGE_WORDS):
+            if never_evidence(name):
                 continue
             family = _INDEXED.match(name)
             if family and family.group(3).rsplit(".", 1)[-1] in _TEXT_KEYS:
                 candidate = family.group(1)
-            elif _holds_documents(parsed_json(value)):
+            elif holds_documents(parsed_json(value)):
                 candidate = name
             else:
                 continue
-            if candidate not in seen:
-                seen.add(candidate)
-                yield candidate
-
-
-def _holds_documents(value: Any) -> bool:
-    if not isinstance(value, list):
-        return False
-    objects = [item for item in value if isinstance(item, dict)]
-    # objects with a role are chat messages
-    return any(
-        "role" not in item and any(isinstance(item.get(key), str) for key in _TEXT_KEYS)
-        for item in objects
-    )
+            if candidate not in found:
+                found.append(candidate)
+    yield from sorted(found, key=lambda name: not any(w in name.lower() for w in _RESULT_WORDS))
 
 
 def _text_pointers(

@@ -108,6 +108,8 @@ def render(report: dict[str, Any]) -> str:
         lines.append("  missing")
         for name, reason in report["missing"].items():
             lines.append(f"    {name:<{_NAME_WIDTH}} {escaped(reason)}")
+    for reason in report.get("refused", []):
+        lines.append(f"  {escaped(reason)}")
     if report["mapping"]:
         fills = report.get("mapping_fills", {})
         filled = sorted({field for fields in fills.values() for field in fields})
@@ -142,11 +144,14 @@ def _scopes_counted_as_other(
     return folded
 
 
-def summary(reports: Sequence[dict[str, Any]], counted: Sequence[str] = ()) -> str:
-    """Totals over every trace, the instrumentation scopes field coverage counts as
-    ``other`` (not in ``counted``, ``service.instrumentations``), and the suggested
-    settings merged (lists joined in order), with those scopes added to
-    ``service.instrumentations`` so that the coverage row names them."""
+def summary(
+    reports: Sequence[dict[str, Any]], counted: Sequence[str] = (), refused: Sequence[str] = ()
+) -> str:
+    """Totals over every trace, the document settings ``refused`` (with why), the
+    instrumentation scopes field coverage counts as ``other`` (not in ``counted``,
+    ``service.instrumentations``), and the suggested settings merged (lists joined in
+    order), with those scopes added to ``service.instrumentations`` so that the coverage
+    row names them."""
     requests = sum(report["rag_request"] for report in reports)
     lines = [f"{len(reports)} trace(s): {requests} RAG request(s), {len(reports) - requests} not"]
     missing: dict[str, int] = {}
@@ -154,6 +159,7 @@ def summary(reports: Sequence[dict[str, Any]], counted: Sequence[str] = ()) -> s
         for name in report["missing"]:
             missing[name] = missing.get(name, 0) + 1
     lines += [f"  {name} missing in {count}" for name, count in missing.items()]
+    lines += [f"  {escaped(reason)}" for reason in refused]
     merged: dict[str, Any] = {}
     helped = 0
     for report in reports:

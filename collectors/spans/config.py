@@ -116,7 +116,7 @@ class MappingConfig(Section):
         "(kinds other than LLM only with a query); others count as not_rag",
     )
     query_pointers: list[str] = Field(
-        default_factory=lambda: ["/query", "/question", "/query_str", "/input"],
+        default_factory=lambda: ["/query", "/question", "/query_str", "/input", "/task"],
         description="JSON pointers into the request span's JSON input.value, tried in order",
     )
     answer_pointers: list[str] = Field(
@@ -163,6 +163,12 @@ class MappingConfig(Section):
         description="span name regular expressions of the span standing for the request; the "
         "shallowest match is the request span, and a trace whose request span matches counts "
         "as a request when it gives a query",
+    )
+    retrieval_tools: Patterns = Field(
+        default_factory=list,
+        description="tool name regular expressions of the tools that retrieve: their calls, and "
+        "only theirs, are retrieval steps (empty: a tool call is one when its result is a list "
+        "of documents)",
     )
 
     @field_validator("query_pointers", "answer_pointers")

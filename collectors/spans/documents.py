@@ -18,8 +18,8 @@ _DATA_SOURCE = "gen_ai.data_source.id"
 # The document metadata key that keeps the retrieval span's gen_ai.data_source.id.
 DATA_SOURCE_KEY = "data_source_id"
 # Keys whose string value is a document's text in a JSON document, in order.
-_TEXT_KEYS = ("content", "page_content", "text", "chunk", "passage", "document")
-_FIELD_KEYS = frozenset({"id", "id_", "score", "metadata", "meta", *_TEXT_KEYS})
+TEXT_KEYS = ("content", "page_content", "text", "chunk", "passage", "document")
+_FIELD_KEYS = frozenset({"id", "id_", "score", "metadata", "meta", *TEXT_KEYS})
 # The first fields of an indexed family ``name.0.<field>`` probed before a scan of all names.
 _FAMILY_PROBES = ("id", "content", "text", "page_content", "document.id", "document.content")
 
@@ -126,7 +126,7 @@ def json_documents(document: Any) -> list[dict[str, Any]]:
             metadata = {key: value for key, value in item.items() if key not in _FIELD_KEYS}
         found.append({
             "id": item.get("id", item.get("id_")),
-            "content": next((v for key in _TEXT_KEYS if isinstance(v := item.get(key), str)), None),
+            "content": next((v for key in TEXT_KEYS if isinstance(v := item.get(key), str)), None),
             "score": item.get("score"),
             "metadata": metadata,
         })  # fmt: skip

@@ -49,6 +49,7 @@ from collectors.spans.text import (
     usable_text,
     vector,
 )
+from collectors.spans.tools import RetrievalTools
 from collectors.spans.tree import depths
 from collectors.spans.usage import calls_counted_once, llm_usage
 from monitor.trace import (
@@ -95,6 +96,7 @@ class TraceMapper:
             JsonDocuments(config.json_documents) if config.json_documents.attribute else None
         )
         self._json_usage = JsonUsage(config.json_usage) if config.json_usage.attribute else None
+        self._retrieval_tools = RetrievalTools(config.retrieval_tools)
 
     def span_kinds(self, spans: Sequence[Span]) -> dict[str, str]:
         """Each span's kind as the mapping sees it (span id -> kind, "" for none): what its
@@ -126,6 +128,7 @@ class TraceMapper:
             document_attributes=self._document_attributes,
             first_token_events=self._first_token_events,
             json_documents=self._json_documents,
+            retrieval_tools=self._retrieval_tools,
         )
         generations, embedding_span = found.generations, found.embedding
         usage, cost = _usage_and_cost(found, spans, self._json_usage)
@@ -144,7 +147,10 @@ class TraceMapper:
         # every retrieved document too costs time per trace (tests/perf/bench_ingest.py).
         # map and filter, not a generator: one Python frame less per document.
         given = retrieved if reranked is None else with_retrieved_fields(reranked, retrieved)
-        contexts = tuple(filter(None, map(self._context, given)))[:MAX_DOCUMENTS]
+        contexts = tuple(filter(None, map(self._context, given)))
+        if len(found.documents) > 1:  # several retrieval steps
+            contexts = _first_of_each(contexts)
+        contexts = contexts[:MAX_DOCUMENTS]
         metadata = json_object(attrs.get("metadata"))
         return RagTrace(
             trace_id=request.trace_id,
@@ -183,6 +189,8 @@ class TraceMapper:
             deployment_environment=_label_value(request.resource.get("deployment.environment")),
             instrumentation=_label_value(_instrumentation(request, spans)),
             evaluations=evaluation_results(spans, kinds),
+            retrieval_calls=found.retrieval_calls(),
+            tool_calls=found.calls() if found.tool_calls else (),
         )
 
     def _is_rag_request(
@@ -317,6 +325,19 @@ def _usage_and_cost(
         if cost is not None:
             costs.append(cost)
     return tuple(usage), sum(costs) if costs else None
+
+
+def _first_of_each(contexts: Sequence[Context]) -> tuple[Context, ...]:
+    """Each document (and chunk) once, where it first came: an agent that retrieves twice
+    gave the generator the union of both results."""
+    seen: set[tuple[str, str | None]] = set()
+    unique = []
+    for context in contexts:
+        key = (context.doc_id, context.chunk_id)
+        if key not in seen:
+            seen.add(key)
+            unique.append(context)
+    return tuple(unique)
 
 
 def _label_value(value: Any) -> str | None:

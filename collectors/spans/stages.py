@@ -15,13 +15,16 @@ from collectors.spans.documents import attribute_documents, documents, retrieved
 from collectors.spans.kinds import JUDGE_KINDS, STAGE_OF_KIND
 from collectors.spans.span import RERANKED_DOCUMENTS, Span
 from collectors.spans.text import count, number, text
+from collectors.spans.tools import RetrievalTools, tool_call
 from collectors.spans.tree import nearest_marked_ancestors
 from collectors.spans.usage import embedding_usage, provider
-from monitor.trace import Usage
+from monitor.trace import MAX_TOOL_CALLS, ToolCall, Usage
 
 QUERY_VECTOR = "embedding.embeddings.0.embedding.vector"
 QUERY_TEXT = "embedding.embeddings.0.embedding.text"
 
+# Tool calls are retrieval steps by the shape of their result unless the mapping names them.
+_SHAPED_TOOLS = RetrievalTools()
 # The documents a span lists in a JSON value (``collectors.spans.json_values``).
 JsonDocumentsReader = Callable[[Mapping[str, Any]], list[dict[str, Any]]]
 
@@ -37,6 +40,7 @@ class StageSpans:
         "judges",
         "reranked",
         "retrievers",
+        "tool_calls",
         "ttft",
         "usage",
     )
@@ -47,11 +51,20 @@ class StageSpans:
         self.documents: list[tuple[int, list[dict[str, Any]]]] = []
         self.reranked: list[dict[str, Any]] | None = None
         self.retrievers: list[Span] = []
+        self.tool_calls: list[tuple[int, ToolCall]] = []  # (span start, the call)
         self.generations: list[Span] = []
         self.judges: list[Span] = []  # LLM calls that judge the request (see _judged)
         self.embedding: Span | None = None
         self.usage: list[Usage] = []  # embedding and rerank usage
         self.ttft: float | None = None  # of the first span that tells it, in span order
+
+    def calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls in call order."""
+        return tuple(call for _, call in sorted(self.tool_calls, key=_first))[:MAX_TOOL_CALLS]
+
+    def retrieval_calls(self) -> int:
+        """Retrieval steps: retriever spans and the tool calls that retrieved."""
+        return len(self.retrievers) + sum(call.retrieval for _, call in self.tool_calls)
 
     def retrieved(self) -> list[dict[str, Any]]:
         """The retrieved documents of every span that holds some, in span start order (an
@@ -71,6 +84,7 @@ class StageSpans:
         document_attributes: Sequence[str],
         first_token_events: Collection[str],
         json_documents: JsonDocumentsReader | None = None,
+        retrieval_tools: RetrievalTools = _SHAPED_TOOLS,
     ) -> StageSpans:
         found = cls()
         for span in spans:
@@ -85,6 +99,8 @@ class StageSpans:
                 found.add_documents(span, _attribute_documents(attributes, document_attributes))
             stage = STAGE_OF_KIND.get(kind)
             if stage is None:
+                if kind == "TOOL" and span is not request:
+                    found.add_tool_call(span, retrieval_tools)
                 continue
             if span is not request:
                 found.intervals.setdefault(stage, []).append((span.start_ns, span.end_ns))
@@ -111,6 +127,16 @@ class StageSpans:
         found.retrievers.sort(key=start_order)
         found.generations.sort(key=start_order)
         return found
+
+    def add_tool_call(self, span: Span, retrieval_tools: RetrievalTools) -> None:
+        """A tool call that retrieves is a retrieval step: its time counts in ``retrieve``
+        and its documents beside a retriever's. Its arguments are the agent's own query,
+        never the question: it stays out of ``retrievers``."""
+        docs = retrieval_tools.documents(span)
+        if docs is not None:
+            self.intervals.setdefault("retrieve", []).append((span.start_ns, span.end_ns))
+            self.add_documents(span, docs)
+        self.tool_calls.append((span.start_ns, tool_call(span, docs)))
 
     def add_documents(self, span: Span, docs: list[dict[str, Any]]) -> None:
         if docs:

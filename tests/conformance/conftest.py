@@ -29,6 +29,10 @@ from monitor.trace import RagTrace
 from tests.conformance.fake_openai import FakeOpenAI
 from tests.conftest import make_config, merge_sections, sample, wait_until
 
+# The agent tests' shared checks and the inspect step: failures show the values compared,
+# as in a test module.
+pytest.register_assert_rewrite("tests.conformance.agent_harness", "tests.conformance.onboarding")
+
 # Frameworks phone home (telemetry, tokenizer downloads) unless told not to.
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +19,19 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from tests.conformance.fake_openai import FakeOpenAI
 
 
-def dump_spans(instrumentor: Any, run: Callable[[str], None]) -> None:
-    """Instrument, ``run(fake_openai_base_url)``, and write the spans to ``sys.argv[1]``."""
+def dump_spans(
+    instrumentor: Any,
+    run: Callable[[str], None],
+    plans: Mapping[str, tuple[str, ...]] | None = None,
+) -> None:
+    """Instrument, ``run(fake_openai_base_url)``, and write the spans to ``sys.argv[1]``;
+    ``plans``: the fake model's tool calls per question (agents)."""
     if len(sys.argv) != 2:
         raise SystemExit(f"usage: python -m {sys.argv[0]} OUT.json")
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    fake = FakeOpenAI().start()
+    fake = FakeOpenAI(plans=dict(plans or {})).start()
     instrumentor.instrument(tracer_provider=provider)
     try:
         run(fake.base_url)

@@ -16,17 +16,12 @@ span in our runs (the other spans came without their root).
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import genai_prices
 import pytest
-import yaml
 from llama_index.core.instrumentation import get_dispatcher
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.instrumentation.llamaindex import LlamaIndexInstrumentor
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -41,7 +36,8 @@ from tests.conformance.llama_index_app import (
     Answered,
     RagApp,
 )
-from tests.conftest import REPO, wait_until
+from tests.conformance.onboarding import inspect_snippet
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -69,23 +65,6 @@ def ask_instrumented(conformance: Conformance, app: RagApp) -> list[Answered]:
         instrumentor.uninstrument()
         dispatcher.span_handlers[:] = span_handlers
         dispatcher.event_handlers[:] = event_handlers
-
-
-def inspect_snippet(spans: Any, tmp_path: Path) -> tuple[str, dict[str, Any]]:
-    """What ``rag-monitor inspect`` prints for the spans (as an OTLP protobuf file), and
-    the merged ``mapping:`` snippet of its summary, as a user would paste it."""
-    path = tmp_path / "traces.otlp"
-    path.write_bytes(encode_spans(spans).SerializeToString())
-    # Its own process, as a user runs it: the command configures logging process-wide.
-    shown = subprocess.run(
-        [sys.executable, "-m", "monitor", "inspect", str(path)],
-        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert shown.returncode == 0, shown.stderr
-    text = shown.stdout
-    summary = text[text.rindex("\n" + f"{N} trace(s)") :]
-    snippet = summary[summary.index("suggested mapping") :].split("\n", 1)[1]
-    return text, yaml.safe_load(snippet)
 
 
 def check_request(trace: RagTrace, answered: Answered) -> None:
@@ -134,7 +113,7 @@ def test_inspect_onboards_what_the_monitor_could_not_read(tmp_path: Path) -> Non
         wait_until(lambda: before.metric(FIELDS_TOTAL, **unreadable) == N)
         assert before.recorder.traces == []
 
-    printed, snippet = inspect_snippet(captured.get_finished_spans(), tmp_path)
+    printed, snippet = inspect_snippet(captured.get_finished_spans(), tmp_path, N)
     # The scope behind "other", and what to add so the coverage row names it.
     assert f"{SCOPE} (counted as other" in printed
     mapping = snippet["collectors"]["spans"]["mapping"]

@@ -49,8 +49,30 @@ def trace_seeds() -> dict[str, bytes]:
             {"key": "t", "value": {"boolValue": True}},
         ])),
         "documents.json": json_body(json_span(attributes=many_documents(3))),
+        "agent_tools.json": json_body(*_agent_spans()),
         "bad_ids.json": json_body(json_span(traceId="00" * 16), json_span(spanId="zz")),
     }  # fmt: skip
+
+
+def _agent_spans() -> list[dict[str, object]]:
+    """An agent run: a chat call and a retrieval tool whose result is a LangChain
+    ``ToolMessage`` holding the documents as JSON text (collectors/spans/tools.py)."""
+    documents = orjson.dumps([{"id": "d1", "text": "Refunds: 30 days.", "tenant": "acme"}])
+    result = orjson.dumps({"type": "tool", "data": {"content": documents.decode()}})
+
+    def attributes(**values: str) -> list[dict[str, object]]:
+        return [{"key": k, "value": {"stringValue": v}} for k, v in values.items()]
+
+    run, tool, chat = "a1" * 8, "b2" * 8, "c3" * 8
+    return [
+        json_span(spanId=run, name="invoke_agent", attributes=attributes(**{
+            "gen_ai.operation.name": "invoke_agent", "input.value": "refund period?"})),
+        json_span(spanId=tool, parentSpanId=run, name="execute_tool", attributes=attributes(**{
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search",
+            "gen_ai.tool.call.result": result.decode()})),
+        json_span(spanId=chat, parentSpanId=run, name="chat", attributes=attributes(**{
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini"})),
+    ]  # fmt: skip
 
 
 def _one_span_proto() -> bytes:
@@ -153,6 +175,7 @@ def otlp_http_seeds() -> dict[str, bytes]:
     return {
         "traces.http": post("/v1/traces", protobuf, traces["one_span.pb"]),
         "traces_json_gzip.http": post("/v1/traces", json, traces["value_kinds.json"], True),
+        "agent_tools.http": post("/v1/traces", json, traces["agent_tools.json"]),
         "logs.http": post("/v1/logs", protobuf, logs["evaluations.pb"]),
         "logs_json.http": post("/v1/logs", json, logs["evaluation.json"]),
         "labels.http": post("/v1/labels", json, label_seeds()["trace.json"]),

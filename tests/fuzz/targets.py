@@ -25,7 +25,7 @@ from collectors.otlp import logs as otlp_logs
 from collectors.otlp.decode import PayloadError, decode_otlp_json, decode_otlp_proto
 from collectors.otlp.http import OtlpHttpReceiver
 from collectors.otlp.logs import decode_logs_json, decode_logs_proto
-from collectors.spans import assembly, openinference
+from collectors.spans import assembly, openinference, tools
 from collectors.spans import evaluations as span_evaluations
 from collectors.spans.assembly import SpanAssembly
 from detectors.review import page as review_form
@@ -91,6 +91,7 @@ __all__ = [
     "review_web",
     "span_evaluations",
     "summary",
+    "tools",
     "trace",
     "wire",
 ]

@@ -105,7 +105,8 @@ def shadow_twins(start: int) -> list[RagRequest]:
 
 def otlp_requests() -> list[RagRequest]:
     """Every golden probe, a leak, an unpriced model, a plain request with an evaluator's
-    verdict and a shadow twin, all with TTFT, an intent and document types.
+    verdict and a shadow twin, an agent's tool call, all with TTFT, an intent and document
+    types.
 
     Every request asks the same question, so each gets a session of its own but the plain
     request, re-asked every round in session s1: one regeneration a round. With every
@@ -125,6 +126,11 @@ def otlp_requests() -> list[RagRequest]:
     # an evaluator's verdict on the plain request, as an OpenInference annotation
     judged = {"annotations.0.annotation.name": EVALUATION, "annotations.0.annotation.score": 0.9}
     round_.append(RagRequest(start_ns=start, extra=judged))
+    # an agent's tool call that is no retrieval (the tool panel of field coverage)
+    tool = ("get_order", '{"status": "shipped"}')
+    round_.append(
+        RagRequest(start_ns=start, extra={"session.id": f"s{start}-agent"}, tools=(tool,))
+    )
     intents = [INTENTS[i % len(INTENTS)] for i in range(len(round_))]
     return [
         sliced(replace(request, ttft_s=TTFT_S), intent)

@@ -3,6 +3,7 @@ which fields the enabled detectors read (the RagTraceFieldMissing ticket's field
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,11 +16,11 @@ from collectors.spans.config import AssemblyConfig, MappingConfig
 from collectors.spans.span import Span
 from monitor.components import load_components
 from monitor.config import Config, ConfigError, load_config
-from monitor.coverage import FIELDS, MAX_INSTRUMENTATIONS, PRESENT, FieldCoverage
+from monitor.coverage import FIELDS, MAX_INSTRUMENTATIONS, MAX_TOOLS, PRESENT, FieldCoverage
 from monitor.intake import SpanBatch, WholeTrace
 from monitor.pipeline import Pipeline
 from monitor.pipeline_metrics import PipelineMetrics
-from monitor.trace import Context, RagTrace, Usage
+from monitor.trace import Context, RagTrace, ToolCall, Usage
 from tests.conftest import sample
 
 T0 = datetime(2026, 12, 4, tzinfo=UTC)
@@ -206,3 +207,44 @@ def test_the_scopes_counted_as_other_are_named_up_to_the_bound() -> None:
     assert len(folded) == MAX_INSTRUMENTATIONS + 1
     assert folded["other"] == 10 + 1
     assert KNOWN not in folded
+
+
+def test_retrieval_steps_are_a_histogram_and_tool_calls_are_counted_by_name() -> None:
+    """An agent request of two retrievals and a weather lookup, a pipeline request of one
+    retrieval, and a record that does not say: the histogram counts the first two, the
+    tool counter each call under its name and whether it retrieved."""
+    registry = CollectorRegistry()
+    coverage = FieldCoverage(registry, [KNOWN])
+    agent = dataclasses.replace(
+        FULL,
+        retrieval_calls=2,
+        tool_calls=(
+            ToolCall("search_docs", True, '{"query": "refunds"}', 3),
+            ToolCall("get_weather", False, '{"city": "Paris"}'),
+            ToolCall("search_docs", True, '{"query": "refund period"}', 2),
+        ),
+    )
+    for trace in (agent, dataclasses.replace(FULL, retrieval_calls=1), FULL):
+        coverage.observe(trace)
+    bucket = "rag_trace_retrieval_calls_bucket"
+    assert [sample(registry, bucket, instrumentation=KNOWN, le=le) for le in ("0", "1", "2")] == [
+        0,
+        1,
+        2,
+    ]
+    assert sample(registry, "rag_trace_retrieval_calls_count", instrumentation=KNOWN) == 2
+    assert sample(registry, "rag_trace_retrieval_calls_sum", instrumentation=KNOWN) == 3
+    tools = "rag_trace_tool_calls_total"
+    assert sample(registry, tools, tool="search_docs", retrieval="true") == 2
+    assert sample(registry, tools, tool="get_weather", retrieval="false") == 1
+
+
+def test_tool_names_are_counted_by_name_up_to_the_bound() -> None:
+    """Past MAX_TOOLS names, and for a name that is no label value, the tool is other."""
+    registry = CollectorRegistry()
+    coverage = FieldCoverage(registry, [KNOWN])
+    calls = (*(ToolCall(f"tool_{i}") for i in range(MAX_TOOLS + 2)), ToolCall("a b"))
+    coverage.observe(dataclasses.replace(FULL, tool_calls=calls))
+    tools = "rag_trace_tool_calls_total"
+    assert sample(registry, tools, tool=f"tool_{MAX_TOOLS - 1}", retrieval="false") == 1
+    assert sample(registry, tools, tool="other", retrieval="false") == 3

@@ -443,7 +443,7 @@ def test_terminal_view_shows_fields_missing_and_the_snippet() -> None:
     spans = SUGGESTIONS[0].values[0]
     assert isinstance(spans, list)
     text = render(report_of(spans))
-    assert "query_pointers: [/query, /question, /query_str, /input, /request/text]" in text
+    assert "query_pointers: [/query, /question, /query_str, /input, /task, /request/text]" in text
     assert '<- span "root" ' in text
     assert "missing\n    query" in text
 

@@ -1,0 +1,110 @@
+"""Retrieval as a tool call: the documents an agent's retrieval tool returned.
+
+Agents retrieve by calling a tool (GenAI ``execute_tool`` spans, OpenInference TOOL
+spans, OpenLLMetry ``tool`` spans), often more than once per question. Such a call is a
+retrieval step when its result is a list of documents: objects with a text under the
+usual keys (``content``, ``text``, ``page_content``, ...), an id, score and metadata
+optional, as JSON, JSON inside JSON strings, or wrapped the way frameworks return a
+tool's output (a LangChain ``ToolMessage``'s content, a list of ``{"text": "<json>"}``
+content parts). A result that is anything else (a number, a weather object, a row count,
+free text) is no evidence, and the call no retrieval step.
+
+``collectors.spans.mapping.retrieval_tools`` names the tools that retrieve (patterns of
+the tool's name): then those, and only those, are retrieval steps, whatever their result
+looks like.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from collectors.spans.documents import TEXT_KEYS, json_documents
+from collectors.spans.span import Span
+from collectors.spans.text import decoded, text, usable_text
+from monitor.trace import MAX_ID_LENGTH, ToolCall
+
+# Where each convention puts a tool call's result, and its tool's name.
+RESULT_ATTRIBUTES = ("gen_ai.tool.call.result", "output.value", "traceloop.entity.output")
+NAME_ATTRIBUTES = ("gen_ai.tool.name", "tool.name", "traceloop.entity.name")
+ARGUMENT_ATTRIBUTES = ("gen_ai.tool.call.arguments", "input.value", "traceloop.entity.input")
+# A document list sits near the top of a tool's result; past this, a result is data.
+_MAX_DEPTH = 6
+_MAX_ITEMS = 64  # of a list that is no document list, the items looked into
+
+
+def tool_call(span: Span, documents: list[dict[str, Any]] | None) -> ToolCall:
+    """The call as the trace keeps it: a retrieval step when ``documents`` is not None."""
+    attributes = span.attributes
+    arguments = next(
+        (found for key in ARGUMENT_ATTRIBUTES if (found := usable_text(attributes.get(key)))),
+        None,
+    )
+    return ToolCall(
+        (tool_name(span) or "unnamed")[:MAX_ID_LENGTH],
+        documents is not None,
+        arguments,
+        len(documents) if documents is not None else 0,
+    )
+
+
+def tool_name(span: Span) -> str:
+    """The tool's name as its convention writes it, else the span's name."""
+    attributes = span.attributes
+    return next(
+        (name for key in NAME_ATTRIBUTES if (name := text(attributes.get(key))) is not None),
+        span.name,
+    )
+
+
+class RetrievalTools:
+    """Which tool calls are retrieval steps, and their documents."""
+
+    __slots__ = ("_named",)
+
+    def __init__(self, patterns: Sequence[str] = ()) -> None:
+        self._named = (
+            re.compile("|".join(f"(?:{p})" for p in patterns)).search if patterns else None
+        )
+
+    def documents(self, span: Span) -> list[dict[str, Any]] | None:
+        """The documents of a tool call that retrieves (possibly none, for a named tool
+        that found nothing), None for a call that is no retrieval step."""
+        if self._named is not None and self._named(tool_name(span)) is None:
+            return None
+        attributes = span.attributes
+        for attribute in RESULT_ATTRIBUTES:
+            found = _document_list(decoded(attributes.get(attribute)), 0)
+            if found is not None:
+                return json_documents(found)
+        return [] if self._named is not None else None
+
+
+def _document_list(node: Any, depth: int) -> list[Any] | None:
+    """The first list of document-shaped objects in a tool's result, outermost first,
+    JSON text met on the way read as JSON."""
+    if depth > _MAX_DEPTH:
+        return None
+    if isinstance(node, list):
+        if node and all(_is_document(item) for item in node):
+            return node
+        children: Sequence[Any] = node[:_MAX_ITEMS]
+    elif isinstance(node, dict):
+        children = list(node.values())[:_MAX_ITEMS]
+    else:
+        return None
+    for child in children:
+        found = _document_list(decoded(child), depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _is_document(item: Any) -> bool:
+    """An object with a text under a text key that is no chat message (a role), no content
+    part (``{"type": "text", ...}``) and no JSON of something else (a wrapper's text)."""
+    if not isinstance(item, dict) or "role" in item or item.get("type") == "text":
+        return False
+    found = next((value for key in TEXT_KEYS if isinstance(value := item.get(key), str)), None)
+    return bool(found and found.strip()) and decoded(found) is found
