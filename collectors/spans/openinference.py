@@ -36,6 +36,8 @@ from collectors.spans.stages import (
     start_order,
 )
 from collectors.spans.text import (
+    event_messages,
+    event_text,
     first_pointer,
     generated_text,
     io_value,
@@ -211,14 +213,17 @@ class TraceMapper:
         retrievers: Sequence[Span],
         generations: Sequence[Span],
     ) -> str | None:
-        """Plain request input, else a JSON pointer into it, the query embedding's text,
-        the retriever's query (GenAI ``gen_ai.retrieval.query.text``, else its input), or
-        the last user message of the first generation."""
+        """Plain request input, else a JSON pointer into it, the request span's user message
+        as an event, the query embedding's text, the retriever's query (GenAI
+        ``gen_ai.retrieval.query.text``, else its input), or the last user message of the
+        first generation (its attributes, else its events)."""
         found = self._io_text(request, "input", self._query_pointers)
         if found is not None:  # the common case, without building the fallbacks
             return found
 
         def candidates() -> Iterator[str | None]:
+            if request.events:  # messages as events (strands-agents, the GenAI events)
+                yield event_text(last_user_message(event_messages(request.events)))
             if embedding_span is not None:
                 yield usable_text(embedding_span.attributes.get(QUERY_TEXT))
             for retriever in retrievers:
@@ -226,17 +231,28 @@ class TraceMapper:
                 yield self._io_text(retriever, "input", self._query_pointers)
             for generation in generations:
                 yield last_user_message(generation.attributes)
+                if generation.events:
+                    yield event_text(last_user_message(event_messages(generation.events)))
 
         return next((found for found in candidates() if found is not None), None)
 
     def _answer(self, request: Span, generations: Sequence[Span]) -> str | None:
-        """Plain request output, else a JSON pointer into it, else the final generation's text."""
+        """Plain request output, else a JSON pointer into it, else the output messages of the
+        request span's events, else the final generation's text."""
         found = self._io_text(request, "output", self._answer_pointers)
         if found is not None:  # the common case, without building the fallbacks
             return found
         latest_first = sorted(generations, key=lambda s: s.end_ns, reverse=True)
-        candidates = (generated_text(generation.attributes) for generation in latest_first)
-        return next((found for found in candidates if found is not None), None)
+
+        def candidates() -> Iterator[str | None]:
+            if request.events:  # messages as events (strands-agents, the GenAI events)
+                yield event_text(generated_text(event_messages(request.events)))
+            for generation in latest_first:
+                yield generated_text(generation.attributes)
+                if generation.events:
+                    yield event_text(generated_text(event_messages(generation.events)))
+
+        return next((found for found in candidates() if found is not None), None)
 
     @staticmethod
     def _io_text(span: Span, which: str, pointers: Sequence[tuple[str, ...]]) -> str | None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from collectors.spans.span import FiniteFloats
+from collectors.spans.span import FiniteFloats, SpanEvent
 
 # A tuple, not ``int | float``: that expression builds a union object on every
 # call, and these checks run for every document of every trace.
@@ -143,6 +143,57 @@ def generated_text(attributes: Mapping[str, Any]) -> str | None:
         return found
     plain, _ = io_value(attributes, "output")
     return plain
+
+
+# The GenAI conventions' event of a model call's details (their latest form): its
+# attributes are the message attributes a span would otherwise carry.
+_DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+_MESSAGE_ATTRIBUTES = ("gen_ai.input.messages", "gen_ai.output.messages")
+
+
+def event_text(found: str | None) -> str | None:
+    """A question or an answer read from events, without the white space around it
+    (strands-agents ends an agent's answer with a newline of its own)."""
+    return usable_text(found.strip()) if found is not None else None
+
+
+def event_messages(events: Sequence[SpanEvent]) -> dict[str, Any]:
+    """The messages a span's events carry, as the GenAI message attributes
+    (``gen_ai.input.messages``, ``gen_ai.output.messages``) that ``last_user_message`` and
+    ``generated_text`` read: the details event holds them as they are; the older events
+    hold one message each (``gen_ai.user.message``'s ``content``, ``gen_ai.choice``'s
+    ``message``: text, or a list of ``{"text": ...}`` parts as strands-agents writes it)."""
+    found: dict[str, Any] = {}
+    older: dict[str, list[dict[str, str]]] = {key: [] for key in _MESSAGE_ATTRIBUTES}
+    for event in events:
+        attributes = event.attributes
+        if event.name == _DETAILS_EVENT:
+            found.update((key, attributes[key]) for key in _MESSAGE_ATTRIBUTES if key in attributes)
+        elif event.name == "gen_ai.user.message":
+            said = _parts_text(attributes.get("content"))
+            if said is not None:
+                older["gen_ai.input.messages"].append({"role": "user", "content": said})
+        elif event.name == "gen_ai.choice":
+            said = _parts_text(attributes.get("message"))
+            if said is not None:
+                older["gen_ai.output.messages"].append({"role": "assistant", "content": said})
+    for key, messages in older.items():
+        if messages and key not in found:
+            found[key] = messages
+    return found
+
+
+def _parts_text(value: Any) -> str | None:
+    """A message's text: plain text, or the texts of a JSON list of ``{"text": ...}`` parts
+    joined (None when no part is text: a tool call)."""
+    parts = decoded(value)
+    if isinstance(parts, list):
+        value = "".join(
+            part["text"]
+            for part in parts
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return usable_text(value)
 
 
 def message_text(message: Mapping[str, Any]) -> str | None:

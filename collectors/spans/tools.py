@@ -29,6 +29,12 @@ from monitor.trace import MAX_ID_LENGTH, ToolCall
 RESULT_ATTRIBUTES = ("gen_ai.tool.call.result", "output.value", "traceloop.entity.output")
 NAME_ATTRIBUTES = ("gen_ai.tool.name", "tool.name", "traceloop.entity.name")
 ARGUMENT_ATTRIBUTES = ("gen_ai.tool.call.arguments", "input.value", "traceloop.entity.input")
+# The events that carry a tool call's result where no attribute does (strands-agents), and
+# the attribute of each that holds it.
+RESULT_EVENTS = {
+    "gen_ai.choice": "message",
+    "gen_ai.client.inference.operation.details": "gen_ai.output.messages",
+}
 # A document list sits near the top of a tool's result; past this, a result is data.
 _MAX_DEPTH = 6
 _MAX_ITEMS = 64  # of a list that is no document list, the items looked into
@@ -39,6 +45,14 @@ def tool_call(span: Span, documents: list[dict[str, Any]] | None) -> ToolCall:
     attributes = span.attributes
     arguments = next(
         (found for key in ARGUMENT_ATTRIBUTES if (found := usable_text(attributes.get(key)))),
+        None,
+    ) or next(  # the older GenAI event of the call's arguments
+        (
+            found
+            for event in span.events
+            if event.name == "gen_ai.tool.message"
+            and (found := usable_text(event.attributes.get("content")))
+        ),
         None,
     )
     return ToolCall(
@@ -74,8 +88,15 @@ class RetrievalTools:
         if self._named is not None and self._named(tool_name(span)) is None:
             return None
         attributes = span.attributes
-        for attribute in RESULT_ATTRIBUTES:
-            found = _document_list(decoded(attributes.get(attribute)), 0)
+        results = [attributes.get(attribute) for attribute in RESULT_ATTRIBUTES]
+        # The GenAI events' forms: the result as the call's choice, or its output messages.
+        results += [
+            event.attributes.get(RESULT_EVENTS[event.name])
+            for event in span.events
+            if event.name in RESULT_EVENTS
+        ]
+        for result in results:
+            found = _document_list(decoded(result), 0)
             if found is not None:
                 return json_documents(found)
         return [] if self._named is not None else None

@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from monitor.trace import RagTrace, Usage
 from tests.conformance.conftest import Conformance, running_sidecar
 from tests.conformance.fake_openai import FakeOpenAI, Reply, answer_for
-from tests.conformance.onboarding import inspect_snippet, suggested_mappings
+from tests.conformance.onboarding import inspect_snippet, otlp_file, suggested_mappings
 
 MODEL = "gpt-4o-mini"
 TOOL_NAME = "search_knowledge_base"
@@ -163,9 +163,16 @@ class Run:
     requests: tuple[Request, ...]
     traces: tuple[RagTrace, ...]
     conformance: Conformance
+    # What the spans name as the model's provider (gen_ai.system, llm.provider, ...).
+    provider: str = "openai"
 
 
-def run_agent(conformance: Conformance, fake_openai: FakeOpenAI, ask: Callable[[str], str]) -> Run:
+def run_agent(
+    conformance: Conformance,
+    fake_openai: FakeOpenAI,
+    ask: Callable[[str], str],
+    provider: str = "openai",
+) -> Run:
     """Serve ``ASKS`` one after another through ``ask`` (the instrumented agent), then pair
     each request with the RagTrace that started while it ran."""
     fake_openai.plans = PLANS
@@ -195,7 +202,7 @@ def run_agent(conformance: Conformance, fake_openai: FakeOpenAI, ask: Callable[[
         assert queries == item.queries, (item.question, queries)
         assert answer == answer_for(item.question)
         assert [reply.kind for reply in replies] == ["chat"] * len(replies)
-    return Run(tuple(requests), traces, conformance)
+    return Run(tuple(requests), traces, conformance, provider)
 
 
 def _micros(trace: RagTrace) -> int:
@@ -260,7 +267,7 @@ def check_usage_and_cost(run: Run) -> None:
         assert trace.usage == tuple(
             Usage(
                 model=MODEL,
-                provider="openai",
+                provider=run.provider,
                 prompt_tokens=reply.prompt_tokens,
                 completion_tokens=reply.completion_tokens,
             )
@@ -306,18 +313,22 @@ DOCUMENT_SETTINGS = {"document_attributes", "json_documents"}
 
 
 def check_inspect_onboarding(
-    serve: Callable[[Conformance], AbstractContextManager[Run]], tmp_path: Path
+    serve: Callable[[Conformance], AbstractContextManager[Run]],
+    tmp_path: Path,
+    exported: Path | None = None,
 ) -> None:
     """Onboarding as an operator does it: the spans of ``ASKS`` served (``serve``: the
-    instrumented app on a sidecar's provider) go through ``rag-monitor inspect``, which must
-    read every trace as a request and propose no document setting for any (nor refuse one);
+    instrumented app on a sidecar's provider; an app in a process of its own writes them
+    to the OTLP file ``exported`` too) go through ``rag-monitor inspect``, which must read
+    every trace as a request and propose no document setting for any (nor refuse one);
     its summary's snippet, pasted into a fresh sidecar's config, passes every check again."""
     captured = InMemorySpanExporter()
     with running_sidecar({}) as before:
         before.provider.add_span_processor(SimpleSpanProcessor(captured))
         with serve(before):
             pass
-    printed, snippet = inspect_snippet(captured.get_finished_spans(), tmp_path, N)
+    path = exported or otlp_file(captured.get_finished_spans(), tmp_path)
+    printed, snippet = inspect_snippet(path, N)
     summary = printed[printed.rindex(f"\n{N} trace(s)") :]
     assert f"{N} trace(s): {N} RAG request(s), 0 not" in summary, summary
     for suggested in suggested_mappings(printed):

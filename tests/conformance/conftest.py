@@ -10,10 +10,13 @@ test can assert field by field what the sidecar made of each request.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -37,6 +40,28 @@ pytest.register_assert_rewrite("tests.conformance.agent_harness", "tests.conform
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 os.environ.setdefault("OPENAI_API_KEY", "sk-conformance-test")
+
+
+# What pip says when the index cannot be reached (then a test needing a venv of its own
+# skips; any other failure, a pin the index lacks included, fails): connection errors, or
+# no version at all of a package PyPI holds.
+UNREACHABLE = ("NewConnectionError", "Failed to establish", "Name or service not known",
+               "Temporary failure in name resolution", "Network is unreachable",
+               "ConnectTimeout", "(from versions: none)")  # fmt: skip
+
+
+def pinned_venv(venv: Path, requirements: Sequence[str]) -> Path:
+    """The python of a new venv at ``venv`` holding ``requirements`` (pip arguments: exact
+    pins, or ``-r FILE``), for a client whose pins conflict with the project's."""
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    install = subprocess.run([str(python), "-m", "pip", "install", *requirements],
+                             check=False, capture_output=True, text=True, timeout=600)  # fmt: skip
+    if install.returncode != 0:
+        if any(sign in install.stderr for sign in UNREACHABLE):
+            pytest.skip("pip cannot reach the package index")
+        pytest.fail(f"pip install failed:\n{install.stderr[-2000:]}")
+    return python
 
 
 class RecordingDetector(InlineDetector):

@@ -16,12 +16,17 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from tests.conftest import REPO
 
 
-def inspect_snippet(spans: Any, tmp_path: Path, traces: int) -> tuple[str, dict[str, Any]]:
-    """What ``rag-monitor inspect`` prints for the spans (as an OTLP protobuf file) of
-    ``traces`` traces, and the merged ``mapping:`` snippet of its summary as a user would
-    paste it (empty when the summary suggests nothing)."""
+def otlp_file(spans: Any, tmp_path: Path) -> Path:
+    """The spans as an OTLP protobuf file, as the Collector's file exporter would keep them."""
     path = tmp_path / "traces.otlp"
     path.write_bytes(encode_spans(spans).SerializeToString())
+    return path
+
+
+def inspect_snippet(path: Path, traces: int) -> tuple[str, dict[str, Any]]:
+    """What ``rag-monitor inspect`` prints for the OTLP file at ``path`` of ``traces``
+    traces, and the merged ``mapping:`` snippet of its summary as a user would paste it
+    (empty when the summary suggests nothing)."""
     # Its own process, as a user runs it: the command configures logging process-wide.
     shown = subprocess.run(
         [sys.executable, "-m", "monitor", "inspect", str(path)],

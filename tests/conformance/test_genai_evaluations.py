@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 
 from detectors.evaluations.names import RESULTS_TOTAL, UNMATCHED_TOTAL
 from monitor.sidecar import Sidecar
+from tests.conformance.conftest import pinned_venv
 from tests.conftest import sample, wait_until
 
 pytestmark = pytest.mark.integration
@@ -37,12 +37,6 @@ PACKAGES = (
     "requests==2.34.2",
     "wrapt==1.17.3",
 )
-# What pip says when the index cannot be reached (then the test skips; any other failure,
-# a pin the index lacks included, fails): connection errors, or no version at all of a
-# package PyPI holds.
-UNREACHABLE = ("NewConnectionError", "Failed to establish", "Name or service not known",
-               "Temporary failure in name resolution", "Network is unreachable",
-               "ConnectTimeout", "(from versions: none)")  # fmt: skip
 REQUESTS = 24
 # The names the library sends (it renames answer_relevancy and faithfulness before emitting).
 EVALUATIONS = {"evaluations": {"relevance": {"score_min": 0.7},
@@ -52,16 +46,7 @@ EVALUATIONS = {"evaluations": {"relevance": {"score_min": 0.7},
 @pytest.fixture(scope="session")
 def producer_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The python of a venv holding the pinned producer library (built once a session)."""
-    venv = tmp_path_factory.mktemp("genai-producer") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    install = subprocess.run([str(python), "-m", "pip", "install", *PACKAGES],
-                             check=False, capture_output=True, text=True, timeout=300)  # fmt: skip
-    if install.returncode != 0:
-        if any(sign in install.stderr for sign in UNREACHABLE):
-            pytest.skip("pip cannot reach the package index")
-        pytest.fail(f"pip install failed:\n{install.stderr[-2000:]}")
-    return python
+    return pinned_venv(tmp_path_factory.mktemp("genai-producer") / "venv", PACKAGES)
 
 
 def expected_outcome(attributes: dict[str, object]) -> str:

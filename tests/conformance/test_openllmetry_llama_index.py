@@ -36,7 +36,7 @@ from tests.conformance.llama_index_app import (
     Answered,
     RagApp,
 )
-from tests.conformance.onboarding import inspect_snippet
+from tests.conformance.onboarding import inspect_snippet, otlp_file
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration
@@ -113,7 +113,7 @@ def test_inspect_onboards_what_the_monitor_could_not_read(tmp_path: Path) -> Non
         wait_until(lambda: before.metric(FIELDS_TOTAL, **unreadable) == N)
         assert before.recorder.traces == []
 
-    printed, snippet = inspect_snippet(captured.get_finished_spans(), tmp_path, N)
+    printed, snippet = inspect_snippet(otlp_file(captured.get_finished_spans(), tmp_path), N)
     # The scope behind "other", and what to add so the coverage row names it.
     assert f"{SCOPE} (counted as other" in printed
     mapping = snippet["collectors"]["spans"]["mapping"]

@@ -50,6 +50,7 @@ def trace_seeds() -> dict[str, bytes]:
         ])),
         "documents.json": json_body(json_span(attributes=many_documents(3))),
         "agent_tools.json": json_body(*_agent_spans()),
+        "agent_events.json": json_body(*_agent_event_spans()),
         "bad_ids.json": json_body(json_span(traceId="00" * 16), json_span(spanId="zz")),
     }  # fmt: skip
 
@@ -72,6 +73,31 @@ def _agent_spans() -> list[dict[str, object]]:
             "gen_ai.tool.call.result": result.decode()})),
         json_span(spanId=chat, parentSpanId=run, name="chat", attributes=attributes(**{
             "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini"})),
+    ]  # fmt: skip
+
+
+def _agent_event_spans() -> list[dict[str, object]]:
+    """An agent run traced as strands-agents does: the question and the answer as events of
+    the run span, the tool's result as an event of the tool call's span."""
+    documents = orjson.dumps([{"text": orjson.dumps([{"id": "d1", "text": "30 days."}]).decode()}])
+
+    def event(name: str, **values: str) -> dict[str, object]:
+        pairs = [{"key": k, "value": {"stringValue": v}} for k, v in values.items()]
+        return {"name": name, "timeUnixNano": "1544712660000000000", "attributes": pairs}
+
+    def operation(name: str) -> list[dict[str, object]]:
+        return [{"key": "gen_ai.operation.name", "value": {"stringValue": name}}]
+
+    run, tool, chat = "d4" * 8, "e5" * 8, "f6" * 8
+    return [
+        json_span(spanId=chat, parentSpanId=run, name="chat", attributes=operation("chat")),
+        json_span(spanId=run, name="invoke_agent", attributes=operation("invoke_agent"),
+                  events=[event("gen_ai.user.message", content='[{"text": "refund period?"}]'),
+                          event("gen_ai.choice", message="Thirty days.\n")]),
+        json_span(spanId=tool, parentSpanId=run, name="execute_tool",
+                  attributes=operation("execute_tool"),
+                  events=[event("gen_ai.tool.message", content='{"query": "refunds"}'),
+                          event("gen_ai.choice", message=documents.decode())]),
     ]  # fmt: skip
 
 
@@ -176,6 +202,7 @@ def otlp_http_seeds() -> dict[str, bytes]:
         "traces.http": post("/v1/traces", protobuf, traces["one_span.pb"]),
         "traces_json_gzip.http": post("/v1/traces", json, traces["value_kinds.json"], True),
         "agent_tools.http": post("/v1/traces", json, traces["agent_tools.json"]),
+        "agent_events.http": post("/v1/traces", json, traces["agent_events.json"]),
         "logs.http": post("/v1/logs", protobuf, logs["evaluations.pb"]),
         "logs_json.http": post("/v1/logs", json, logs["evaluation.json"]),
         "labels.http": post("/v1/labels", json, label_seeds()["trace.json"]),

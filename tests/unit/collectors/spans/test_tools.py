@@ -5,6 +5,7 @@ user's; ``mapping.retrieval_tools`` names the tools that retrieve, both ways."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from collectors.spans.config import MappingConfig
 from collectors.spans.openinference import TraceMapper
+from collectors.spans.span import SpanEvent
 from monitor.trace import RagTrace
 from tests.unit.collectors.spans.test_openinference import span
 
@@ -167,3 +169,79 @@ def test_a_retrieval_tool_is_read_without_the_run_being_an_agent_span() -> None:
     """A plain root span of no kind that holds the question (an app's own root) works too."""
     trace = mapped(agent_run(gen_ai_tool(LISTED), run_kind=None))
     assert [c.doc_id for c in trace.contexts] == ["doc-1", "doc-2"]
+
+
+def strands_run(latest: bool) -> list[Any]:
+    """A strands-agents run as it traces itself (1.62, no instrumentation package): the
+    question and the answer only in the run span's events, the tool's result in its span's
+    events (default conventions) or in ``gen_ai.tool.call.result`` wrapped as content parts
+    (``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``); the run span reports
+    the run's summed usage beside its chat calls'."""
+    parts = json.dumps([{"text": LISTED}])
+    if latest:
+        asked = {
+            "gen_ai.input.messages": json.dumps(
+                [{"role": "user", "parts": [{"type": "text", "content": QUESTION}]}]
+            )
+        }
+        answered = {
+            "gen_ai.output.messages": json.dumps(
+                [{"role": "assistant", "parts": [{"type": "text", "content": ANSWER}]}]
+            )
+        }
+        run_events = (
+            ("gen_ai.client.inference.operation.details", asked),
+            ("gen_ai.client.inference.operation.details", answered),
+        )
+        tool = {
+            "gen_ai.tool.call.arguments": json.dumps({"query": "refunds"}),
+            "gen_ai.tool.call.result": parts,
+        }
+        tool_events: tuple[tuple[str, dict[str, str]], ...] = ()
+    else:
+        run_events = (
+            ("gen_ai.user.message", {"content": json.dumps([{"text": QUESTION}])}),
+            # strands ends the run's answer with a newline of its own
+            ("gen_ai.choice", {"message": ANSWER + "\n", "finish_reason": "end_turn"}),
+        )
+        tool = {}
+        tool_events = (
+            ("gen_ai.tool.message", {"role": "tool", "content": '{"query": "refunds"}'}),
+            ("gen_ai.choice", {"message": parts, "id": "call_1"}),
+        )
+    usage = {"gen_ai.request.model": "gpt-4o-mini", "gen_ai.system": "strands-agents"}
+
+    def with_events(held: Any, events: tuple[tuple[str, dict[str, str]], ...]) -> Any:
+        return dataclasses.replace(
+            held, events=tuple(SpanEvent(name, held.start_ns, a) for name, a in events)
+        )
+
+    return [
+        with_events(span("run", None, None, 0, 2000, **{
+            "gen_ai.operation.name": "invoke_agent", **usage,
+            "gen_ai.usage.input_tokens": 130, "gen_ai.usage.output_tokens": 14}), run_events),
+        span("chat1", "run", None, 10, 400, **{
+            "gen_ai.operation.name": "chat", **usage,
+            "gen_ai.usage.input_tokens": 40, "gen_ai.usage.output_tokens": 5}),
+        with_events(span("tool", "run", None, 500, 600, **{
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_docs",
+            **tool}), tool_events),
+        span("chat2", "run", None, 700, 1900, **{
+            "gen_ai.operation.name": "chat", **usage,
+            "gen_ai.usage.input_tokens": 90, "gen_ai.usage.output_tokens": 9}),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("latest", [False, True], ids=["default-events", "latest-conventions"])
+def test_a_strands_run_is_read_from_its_events(latest: bool) -> None:
+    """Question and answer from the run span's events, the documents from the tool call's
+    events or its result attribute, its arguments kept; usage is the chat calls', never
+    the run's sum on top."""
+    trace = mapped(strands_run(latest))
+    assert (trace.query, trace.answer) == (QUESTION, ANSWER)
+    assert [c.doc_id for c in trace.contexts] == ["doc-1", "doc-2"]
+    assert trace.stages["retrieve"] == pytest.approx(0.1)
+    assert [(c.name, c.retrieval, c.arguments) for c in trace.tool_calls] == [
+        ("search_docs", True, json.dumps({"query": "refunds"}))
+    ]
+    assert [(u.prompt_tokens, u.completion_tokens) for u in trace.usage] == [(40, 5), (90, 9)]
