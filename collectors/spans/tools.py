@@ -16,8 +16,10 @@ looks like.
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from collectors.spans.documents import TEXT_KEYS, json_documents
@@ -38,6 +40,7 @@ RESULT_EVENTS = {
 # A document list sits near the top of a tool's result; past this, a result is data.
 _MAX_DEPTH = 6
 _MAX_ITEMS = 64  # of a list that is no document list, the items looked into
+_MAX_NODES = 1_024  # objects and lists looked into in all: a result is no maze to walk
 
 
 def tool_call(span: Span, documents: list[dict[str, Any]] | None) -> ToolCall:
@@ -96,29 +99,32 @@ class RetrievalTools:
             if event.name in RESULT_EVENTS
         ]
         for result in results:
-            found = _document_list(decoded(result), 0)
+            found = _document_list(result)
             if found is not None:
                 return json_documents(found)
         return [] if self._named is not None else None
 
 
-def _document_list(node: Any, depth: int) -> list[Any] | None:
-    """The first list of document-shaped objects in a tool's result, outermost first,
-    JSON text met on the way read as JSON."""
-    if depth > _MAX_DEPTH:
-        return None
-    if isinstance(node, list):
-        if node and all(_is_document(item) for item in node):
-            return node
-        children: Sequence[Any] = node[:_MAX_ITEMS]
-    elif isinstance(node, dict):
-        children = list(node.values())[:_MAX_ITEMS]
-    else:
-        return None
-    for child in children:
-        found = _document_list(decoded(child), depth + 1)
-        if found is not None:
-            return found
+def _document_list(result: Any) -> list[Any] | None:
+    """The outermost list of document-shaped objects in a tool's result (breadth first),
+    JSON text met on the way read as JSON; None past ``_MAX_NODES`` objects and lists
+    looked into, so that a hostile result costs a bounded walk."""
+    queue: deque[tuple[Any, int]] = deque([(result, 0)])
+    for _ in range(_MAX_NODES):
+        if not queue:
+            return None
+        node, depth = queue.popleft()
+        node = decoded(node)
+        if isinstance(node, list):
+            if node and all(_is_document(item) for item in node):
+                return node
+            children: Iterable[Any] = node[:_MAX_ITEMS]
+        elif isinstance(node, dict):
+            children = itertools.islice(node.values(), _MAX_ITEMS)
+        else:
+            continue
+        if depth < _MAX_DEPTH:
+            queue.extend((child, depth + 1) for child in children)
     return None
 
 

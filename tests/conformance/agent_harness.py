@@ -29,6 +29,7 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from detectors.faithfulness.triage import premise_of
 from monitor.trace import RagTrace, Usage
 from tests.conformance.conftest import Conformance, running_sidecar
 from tests.conformance.fake_openai import FakeOpenAI, Reply, answer_for
@@ -233,8 +234,8 @@ def check_query_and_answer(run: Run) -> None:
 
 
 def check_contexts(run: Run) -> None:
-    """Contexts and retrieved ids are the tool calls' documents in call order, once per id;
-    none without a call."""
+    """Contexts and retrieved ids are the tool calls' documents in call order, once per id,
+    and so is the faithfulness judge's premise; none without a call."""
     for request in run.requests:
         trace = trace_of(request)
         documents = expected_documents(request.ask)
@@ -243,6 +244,8 @@ def check_contexts(run: Run) -> None:
             (doc["id"], doc["text"]) for doc in documents
         ], request.ask.question
         assert trace.retrieved == request.ask.doc_ids, request.ask.question
+        # what the faithfulness judge scores the answer against (empty: no_context)
+        assert premise_of(trace) == "\n\n".join(doc["text"] for doc in documents)
 
 
 def check_stages(run: Run) -> None:

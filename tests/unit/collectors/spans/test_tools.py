@@ -245,3 +245,15 @@ def test_a_strands_run_is_read_from_its_events(latest: bool) -> None:
         ("search_docs", True, json.dumps({"query": "refunds"}))
     ]
     assert [(u.prompt_tokens, u.completion_tokens) for u in trace.usage] == [(40, 5), (90, 9)]
+
+
+def test_a_hostile_result_costs_a_bounded_walk() -> None:
+    """Documents two levels down are found, but not behind 4,032 objects that are none:
+    the walk looks into 1,024 objects and lists at most, so a maze of a result cannot
+    hold the pipeline up."""
+    hidden = {"inner": {"documents": DOCS}}
+    alone = mapped(agent_run(gen_ai_tool(json.dumps({"found": hidden}))))
+    assert [c.doc_id for c in alone.contexts] == ["doc-1", "doc-2"]
+    maze = {f"rows_{i}": [{"n": j} for j in range(64)] for i in range(63)}
+    trace = mapped(agent_run(gen_ai_tool(json.dumps({**maze, "found": hidden}))))
+    assert (trace.contexts, trace.tool_calls[0].retrieval) == ((), False)
