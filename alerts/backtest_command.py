@@ -65,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KIND:START:DURATION",
         help="with --simulate: an incident of the kinds the detectors simulate "
-        f"({', '.join(incident_kinds())}) or all (comma-separated), from START "
+        f"({', '.join(incident_kinds())}) or all (every degradation; a change such as "
+        "judge_change only by name; comma-separated), from START "
         "after the world's start (a Monday 00:00 UTC), e.g. all:8d14h:6h; repeatable",
     )
     parser.add_argument("--seed", type=int, default=0, help="with --simulate: the world's seed")

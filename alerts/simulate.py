@@ -56,6 +56,9 @@ def write_openmetrics(samples: Samples, path: Path) -> None:
     times = [str(t) for t in samples.timestamps.tolist()]
     with path.open("w") as out:
         for name, labels, values in samples.series:
-            formatted = [f"{value:.10g}" for value in values.tolist()]
-            write_openmetrics_series(out, name, labels, times, formatted)
+            # NaN: not scraped at that time (a process that was not running)
+            scraped = ~np.isnan(values)
+            formatted = [f"{value:.10g}" for value in values[scraped].tolist()]
+            kept = [time for time, keep in zip(times, scraped.tolist(), strict=True) if keep]
+            write_openmetrics_series(out, name, labels, kept, formatted)
         out.write("# EOF\n")

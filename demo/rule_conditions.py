@@ -9,7 +9,8 @@ rule a ratio of two rates, optionally ``1 - (...)``, a ``histogram_quantile`` of
 rate, an increase, or the Wilson bound of a recorded share and count,
 ``monitor.rulekit.evidence.wilson_bound``), a raw gauge, or ``sum by (...)
 (increase(COUNTER[window]))``. A pass share's switch to its review-corrected bound
-reads as the judge's own bound (the demo has no reviewers). A record may have several
+reads as the judge's own bound (the demo has no reviewers); a recording kept to the
+judges that run reads as the recording inside. A record may have several
 rules (one per stage); a clause's label matchers choose the one that fits. An alert of
 another shape (the regeneration band needs weeks of history; ``up`` exists only in
 Prometheus) has no condition here (None).
@@ -30,6 +31,11 @@ _CLAUSE = re.compile(r"(?P<term>.+?)(?: (?P<op>[<>!=]=?) (?P<threshold>[-+.\deE]
 _QUANTILE = re.compile(rf"histogram_quantile\((?P<q>[\d.]+), {_SUM_OF}\)")
 _RATIO = re.compile(rf"{_SUM_OF}\n/\n\({_SUM_OF.replace('?P<', '?P<d_')} > 0\)")
 _AND = re.compile(r"\nand on \([^)]*\)\n")
+# A recording kept to the series that run now (``monitor.rulekit.evidence.kept_to``): one
+# process runs one judge, so the demo reads the recording inside.
+_KEPT_TO = re.compile(
+    r"\(\n(?P<body>.*)\n\)\nand on \([^)]*\)\ngroup by \([^)]*\) \([\w:]+\)", re.DOTALL
+)
 _OR = "\nor\n"
 _NUMBER = r"[-+.\deE]+"
 _WILSON = re.compile(
@@ -124,8 +130,10 @@ def _distinct_labels(rule: dict[str, Any]) -> Labels:
 
 
 def _grouping(by: str) -> tuple[str, ...]:
+    """The labels a term is kept apart by in one process: not its job, and not its judge
+    (a process runs one)."""
     labels = (label.strip() for label in by.split(","))
-    return tuple(label for label in labels if label not in {"job", "le"})
+    return tuple(label for label in labels if label not in {"job", "le", "judge"})
 
 
 Recordings = dict[str, list[str]]  # record name -> the expressions of its rules
@@ -143,6 +151,8 @@ def _recorded_term(name: str, extra: Labels, recordings: Recordings) -> Term | N
 
 def _rule_term(expr: str, extra: Labels, recordings: Recordings) -> Term | None:
     """The term one recording rule computes, with the alert's label matchers added."""
+    if kept := _KEPT_TO.fullmatch(expr):
+        expr = kept["body"]
     complement = expr.startswith("1 - (\n") and expr.endswith("\n)")
     body = expr[len("1 - (\n") : -len("\n)")] if complement else expr
     if match := _QUANTILE.fullmatch(body):

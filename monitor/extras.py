@@ -16,6 +16,7 @@ from importlib.util import find_spec
 # nothing is imported here, so the check costs no start-up time).
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "hhem": ("torch", "transformers", "onnxruntime", "onnx"),
+    "token-judge": ("torch", "transformers"),
     "alibi": ("alibi_detect", "torch"),
     "phoenix": ("phoenix",),
     "report": ("matplotlib",),

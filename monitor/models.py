@@ -39,7 +39,7 @@ def fetch_models(
     (on the process's stdout and stderr of the moment, unless given others)."""
     out, err = out or sys.stdout, err or sys.stderr
     to = None if to is None else to.expanduser().resolve()
-    settings: dict[str, dict[str, str]] = {}
+    settings: dict[str, dict[str, Any]] = {}
     try:
         for component, section, needs in _plan(config):
             settings[component.name] = _fetch_for(component, section, needs, to, err)
@@ -75,8 +75,9 @@ def _fetch_for(
     needs: Sequence[ModelNeed],
     to: Path | None,
     err: TextIO,
-) -> dict[str, str]:
-    """Download one detector's needs, load them as it would, and return its settings."""
+) -> dict[str, Any]:
+    """Download one detector's needs, load them as it would, and return its settings
+    (nested where a setting is dotted: ``token_classifier.model``)."""
     support: ModelSupport | None = component.models
     assert support is not None
     update: dict[str, str] = {}
@@ -85,7 +86,9 @@ def _fetch_for(
         print(f"fetched {need.repo} at {need.revision} into {path}", file=err)
         if need.setting is not None and to is not None:
             update[need.setting] = str(path)
-    checked = section.model_copy(update=update)
+    checked = section
+    for setting, value in update.items():
+        checked = _with_setting(checked, setting, value)
     try:
         support.load(checked)
     except Exception as exc:  # whatever loading raises, the user needs one line
@@ -94,7 +97,26 @@ def _fetch_for(
             f"{type(exc).__name__}: {exc}"
         ) from exc
     print(f"verified detectors.{component.name}: loaded as the sidecar loads it", file=err)
-    return {need.setting: str(getattr(checked, need.setting)) for need in needs if need.setting}
+    settings: dict[str, Any] = {}
+    for need in needs:
+        if need.setting:
+            *parents, key = need.setting.split(".")
+            value = checked
+            for part in need.setting.split("."):
+                value = getattr(value, part)
+            nested = settings
+            for parent in parents:
+                nested = nested.setdefault(parent, {})
+            nested[key] = str(value)
+    return settings
+
+
+def _with_setting(section: Any, setting: str, value: str) -> Any:
+    """A copy of ``section`` with the (dotted) ``setting`` set to ``value``."""
+    head, _, rest = setting.partition(".")
+    if not rest:
+        return section.model_copy(update={head: value})
+    return section.model_copy(update={head: _with_setting(getattr(section, head), rest, value)})
 
 
 def download(need: ModelNeed, to: Path | None) -> Path:
@@ -102,7 +124,8 @@ def download(need: ModelNeed, to: Path | None) -> Path:
     if find_spec("huggingface_hub") is None:  # a core install: the hub client comes with extras
         raise FetchError(
             f"fetching {need.repo} needs the Hugging Face hub client, which the extra of the "
-            "model's detector brings: pip install 'rag-monitor[hhem]' (HHEM) or "
+            "model's detector brings: pip install 'rag-monitor[hhem]' (HHEM), "
+            "'rag-monitor[token-judge]' (the token classifier) or "
             "'rag-monitor[embedder]' (the drift embedder)"
         )
     import requests
@@ -163,7 +186,7 @@ def _reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def config_lines(settings: dict[str, dict[str, str]], to: Path | None) -> str:
+def config_lines(settings: dict[str, dict[str, Any]], to: Path | None) -> str:
     """The YAML to merge into the sidecar's configuration, with a comment on where it reads."""
     from huggingface_hub import constants
 

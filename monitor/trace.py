@@ -240,6 +240,21 @@ class Feedback:
     dwell_seconds: float | None = None  # dwell only: finite, 0 to MAX_DWELL_SECONDS
 
 
+# The answer's characters a judge found unsupported: (start, end) offsets, end exclusive.
+Spans = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TierVerdict:
+    """One tier of a judge cascade on one answer: the tier's judge (its identity), its
+    score (None: it gave none), and whether the score fell in the uncertain band, which
+    sends the answer on to the next tier."""
+
+    judge: str
+    score: float | None
+    escalated: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class JudgeScore:
     """A judge's score of a trace's answer (HHEM: P(consistent); an LLM judge: the share of
@@ -249,7 +264,62 @@ class JudgeScore:
     trace_id: str
     score: float
     threshold: float  # the scorer's threshold: under it the answer counts as unsupported
-    judge: str = "hhem"  # which judge scored: review calibrates each judge apart
+    judge: str = "hhem"  # the judge's identity: review corrects each judge apart
+    spans: Spans = ()  # unsupported parts of the answer, from a judge that finds them
+    tiers: tuple[TierVerdict, ...] = ()  # a cascade's tiers, first to last
+
+
+# Bounds on a verdict's parts read from a record (a Kafka topic, the review store): hostile
+# input like every record.
+MAX_JUDGE_CHARS = 256
+MAX_SPANS = 256
+MAX_TIERS = 4
+
+
+def bounded_judge(value: Any) -> str:
+    """A judge identity from a record: a string of at most ``MAX_JUDGE_CHARS``."""
+    if not isinstance(value, str) or len(value) > MAX_JUDGE_CHARS:
+        raise ValueError("a judge identity is a string of at most 256 characters")
+    return value
+
+
+def spans_from_record(value: Any) -> Spans:
+    """At most ``MAX_SPANS`` (start, end) pairs of non-negative offsets, start < end."""
+    if not isinstance(value, list) or len(value) > MAX_SPANS:
+        raise ValueError(f"spans: a list of at most {MAX_SPANS}")
+    spans = []
+    for span in value:
+        start, end = span  # a pair, or ValueError
+        if not (type(start) is int and type(end) is int and 0 <= start < end):
+            raise ValueError("a span is two offsets, 0 <= start < end")
+        spans.append((start, end))
+    return tuple(spans)
+
+
+def verdict_parts_record(spans: Spans, tiers: tuple[TierVerdict, ...]) -> dict[str, Any]:
+    """The ``spans`` and ``tiers`` fields of a record, as their decoders read them."""
+    return {
+        "spans": [list(span) for span in spans],
+        "tiers": [{"judge": t.judge, "score": t.score, "escalated": t.escalated} for t in tiers],
+    }
+
+
+def tiers_from_record(value: Any) -> tuple[TierVerdict, ...]:
+    """At most ``MAX_TIERS`` tiers of ``{judge, score, escalated}``."""
+    if not isinstance(value, list) or len(value) > MAX_TIERS:
+        raise ValueError(f"tiers: a list of at most {MAX_TIERS}")
+    return tuple(_tier_from_record(tier) for tier in value)
+
+
+def _tier_from_record(value: Any) -> TierVerdict:
+    score = value["score"]
+    if score is not None and not 0.0 <= float(score) <= 1.0:
+        raise ValueError("a tier's score outside [0, 1]")
+    return TierVerdict(
+        bounded_judge(value["judge"]),
+        None if score is None else float(score),
+        value["escalated"] is True,
+    )
 
 
 @dataclass(frozen=True, slots=True)

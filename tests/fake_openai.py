@@ -7,7 +7,9 @@ verification request numbers the claims). Faults are scripted per answer and tak
 order, one per extraction request: ``malformed`` (content that is not JSON),
 ``extra_key`` (an object off the schema), ``slow`` (no reply within the client's timeout),
 ``429`` and ``500`` (Retry-After: 1), ``429-long`` (Retry-After: 3600). A claim scripted ``None`` gets no verdict (a verification
-reply off its schema). Every request is recorded, and every 200 reply reports ``USAGE``.
+reply off its schema). Every request is recorded, and every 200 reply reports ``USAGE``,
+or what the script's ``usage`` says for that request and reply; the script's
+``on_reply`` hears each 200 reply before it is sent (a test's clock, its spend record).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +36,7 @@ class Seen:
     body: dict[str, Any]
     status: int = 200
     late: bool = False  # answered after the client's timeout: the client never read it
+    usage: dict[str, int] | None = None  # what a 200 reply reported
 
     @property
     def schema_name(self) -> str:
@@ -51,6 +54,9 @@ class Script:
     claims: dict[str, list[str]] = field(default_factory=dict)  # answer -> its claims
     verdicts: dict[str, bool | None] = field(default_factory=dict)  # claim -> supported
     faults: dict[str, list[str]] = field(default_factory=dict)  # answer -> faults in turn
+    # The usage a 200 reply reports, from the request and the reply's content (USAGE: None).
+    usage: Callable[[Seen, str], dict[str, int]] | None = None
+    on_reply: Callable[[Seen], None] | None = None  # each 200 reply, before it is sent
 
 
 class FakeOpenAI:
@@ -98,6 +104,9 @@ class FakeOpenAI:
             ]
             content = {"verdicts": verdicts}
         text = content if isinstance(content, str) else json.dumps(content)
+        seen.usage = USAGE if self.script.usage is None else self.script.usage(seen, text)
+        if self.script.on_reply is not None:
+            self.script.on_reply(seen)
         with self.lock:
             self.ok_replies += not seen.late
         body = {
@@ -111,7 +120,7 @@ class FakeOpenAI:
                     "finish_reason": "stop",
                 }
             ],
-            "usage": USAGE,
+            "usage": seen.usage,
         }
         return 200, {}, json.dumps(body).encode()
 

@@ -18,6 +18,7 @@ from detectors.faithfulness.names import (
     BELOW_THRESHOLD_TOTAL,
     EVALUATIONS_TOTAL,
     FAITHFULNESS_SCORE,
+    JUDGE_INFO,
     SCORED,
     pass_ratio,
     pass_upper_bound,
@@ -27,8 +28,9 @@ from monitor.guardrails import GuardrailsConfig
 from monitor.names import JUDGE_AGREEMENT_TOTAL
 from monitor.rulekit.corrected_rules import CorrectedShare, CorrectionEvidence
 from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
-from monitor.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.rulekit.fragments import Annotation, Panel, Row, RuleFragment
 from monitor.rulekit.promql import (
+    JOB,
     alert,
     panel_increase,
     panel_rate,
@@ -40,6 +42,14 @@ from monitor.rulekit.promql import (
 )
 
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]
+# Each judge (its identity, the label judge) has its own shares, reviews and bounds, kept
+# to the judges that run now: a replaced judge's series stop when it stops running,
+# and a new one's correction starts from its own reviews.
+BY_JUDGE = "job, judge"
+LABELS = ("job", "judge")
+CURRENT_JUDGES = f"group by ({BY_JUDGE}) ({JUDGE_INFO})"
+# How far back the judge-change annotation looks: a new judge is marked for this long.
+_CHANGE_MARK = "10m"
 PASS_SHARE = BoundedShare(
     hits=production(BELOW_THRESHOLD_TOTAL),
     events=production(SCORED),
@@ -48,6 +58,8 @@ PASS_SHARE = BoundedShare(
     bound=pass_upper_bound,
     side="upper",
     complement=True,
+    by=BY_JUDGE,
+    only=CURRENT_JUDGES,
 )
 CORRECTED = CorrectedShare(
     prefix="faithfulness",
@@ -55,6 +67,8 @@ CORRECTED = CorrectedShare(
     judge_yes='hhem="supported"',
     judged_share=pass_ratio,
     judged_count=scored_count,
+    by=BY_JUDGE,
+    only=CURRENT_JUDGES,
 )
 
 
@@ -73,10 +87,10 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
         recording += CORRECTED.recording(window, correction.window, [(bound, z)])
         evidence = CorrectionEvidence(correction, scored_count(window), guardrails.min_events)
         note = CORRECTED.bound_note(
-            window, evidence, bound=bound, judge_bound=pass_upper_bound(window), labels=("job",)
+            window, evidence, bound=bound, judge_bound=pass_upper_bound(window), labels=LABELS
         )
-        scored = recorded_value(scored_count(window), ("job",), 'printf "%.0f"')
-        point = recorded_value(pass_ratio(window), ("job",), "humanizePercentage")
+        scored = recorded_value(scored_count(window), LABELS, 'printf "%.0f"')
+        point = recorded_value(pass_ratio(window), LABELS, "humanizePercentage")
         alerting.append(
             alert(
                 guardrails,
@@ -86,7 +100,8 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
                 summary=f"Fewer than {percent(minimum)} of sampled answers are faithful "
                 "({{ $labels.job }})",
                 description=f"Over the last {window}, {point} of {scored} answers scored by "
-                f"the judge ({pass_ratio(window)}, {scored_count(window)}) reached the "
+                "the judge {{ $labels.judge }} "
+                f"({pass_ratio(window)}, {scored_count(window)}) reached the "
                 f"faithfulness threshold; even the {confidence(z)} upper bound of the pass "
                 f"share, {{{{ $value | humanizePercentage }}}} ({note}), is below the "
                 f"guardrail of {percent(minimum)}. Answers are drifting away from the "
@@ -99,7 +114,7 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
         CORRECTED.bias_alert(
             guardrails,
             "the faithfulness judge",
-            ("job",),
+            LABELS,
             "Its own pass share, and the page while reviews are few, are off by as much.",
         )
     )
@@ -162,6 +177,17 @@ def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
         guardrails.sample_windows,
         guardrails.review_correction,
         judge_bound=pass_upper_bound,
+        legend="{{judge}} ",
         guardrail=guardrails.faithfulness_min,
     )
-    return [Row("Faithfulness (HHEM, sampled)", panels)]
+    info = f"max by (judge) ({JUDGE_INFO}{{{JOB}}}"  # closed below
+    change = Annotation(
+        name="Judge changes",
+        expr=f"{info})\nunless\n{info} offset {_CHANGE_MARK})",
+        title="faithfulness judge {{judge}}",
+        text="a judge first seen: its verdicts are corrected by its own reviews; until "
+        f"{guardrails.review_correction.min_random_reviews} of them, the page tests its own "
+        "bound",
+        tags="judge",
+    )
+    return [Row("Faithfulness (sampled, by judge)", panels, annotations=[change])]

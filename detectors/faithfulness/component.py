@@ -17,6 +17,9 @@ from detectors.faithfulness.hhem import (
     read_checkpoint,
 )
 from detectors.faithfulness.scorer_command import SCORE
+from detectors.faithfulness.token_classifier import PINNED_REVISIONS as TOKEN_REVISIONS
+from detectors.faithfulness.token_classifier import WEIGHT_FILES as TOKEN_WEIGHT_FILES
+from detectors.faithfulness.token_classifier import resolve_token_model
 from monitor.components import BuildContext, DetectorComponent, ModelNeed, ModelSupport
 from monitor.detector import Detector
 from monitor.extras import missing_modules, require_extra
@@ -29,18 +32,42 @@ if TYPE_CHECKING:
 CHECKPOINT_FILES = ("config.json",)
 FOUNDATION_FILES = ("*.json", "spiece.model")
 VERIFY_PAIR = ("The parcel left the warehouse on Monday.", "The parcel left on Monday.")
+# What the token judge reads: config.json, the tokenizer's files (tokenizer.json,
+# tokenizer_config.json, special_tokens_map.json) and one copy of the weights.
+TOKEN_FILES = ("*.json",)
+VERIFY_QUESTION = "When did the parcel leave?"
+
+
+def local_judge(config: FaithfulnessConfig) -> str:
+    """The judge kind that runs a model in the judging process: ``judge``, or a cascade's
+    first judge (its second is an LLM behind HTTP)."""
+    return config.cascade.first if config.judge == "cascade" else config.judge
+
+
+def judge_setting(config: FaithfulnessConfig) -> str:
+    """The setting that puts the local judge here, as an extra's error names it."""
+    if config.judge == "cascade":
+        return f"judge: cascade, cascade.first: {config.cascade.first}"
+    return f"judge: {config.judge}"
 
 
 def require_extras(config: FaithfulnessConfig) -> None:
     """Stop before serving when what the section enables is not installed. The default
-    (HHEM inline) needs the hhem extra; the core install judges with an LLM or leaves
-    judging to the scorers."""
+    (HHEM inline) needs the hhem extra, and so does a cascade whose first judge is HHEM;
+    the core install judges with an LLM or leaves judging to the scorers."""
     if not config.enabled:
         return
-    if config.judge == "hhem" and config.judge_location == "inline":
+    if local_judge(config) == "hhem" and config.judge_location == "inline":
         require_extra(
             "hhem",
-            "detectors.faithfulness (judge: hhem)",
+            f"detectors.faithfulness ({judge_setting(config)})",
+            "set detectors.faithfulness.judge_location: kafka (the scorers judge), "
+            "judge: openai_compatible or enabled: false",
+        )
+    if local_judge(config) == "token_classifier" and config.judge_location == "inline":
+        require_extra(
+            "token-judge",
+            f"detectors.faithfulness ({judge_setting(config)})",
             "set detectors.faithfulness.judge_location: kafka (the scorers judge), "
             "judge: openai_compatible or enabled: false",
         )
@@ -63,10 +90,13 @@ def model_needs(config: FaithfulnessConfig) -> list[ModelNeed]:
 
     Fetched to a directory, the foundation goes inside the checkpoint's, where
     ``read_checkpoint`` looks for the ``foundation`` its config.json names: one
-    setting (``model``) then points at both.
+    setting (``model``) then points at both. The token judge's checkpoint instead, when
+    it is the local judge.
     """
+    if config.enabled and local_judge(config) == "token_classifier":
+        return token_model_needs(config)
     model = config.model
-    if not config.enabled or config.judge != "hhem" or Path(model).expanduser().is_dir():
+    if not config.enabled or local_judge(config) != "hhem" or Path(model).expanduser().is_dir():
         return []
     if Path(model).is_absolute() or model.startswith(".") or model.count("/") != 1:
         raise ValueError(
@@ -89,12 +119,39 @@ def model_needs(config: FaithfulnessConfig) -> list[ModelNeed]:
     return [checkpoint, foundation]
 
 
+def token_model_needs(config: FaithfulnessConfig) -> list[ModelNeed]:
+    """The token classifier's checkpoint (config, tokenizer, weights) at its pinned
+    revision, unless it is a local directory; fetched to a directory, it goes under the
+    hub id's path and ``token_classifier.model`` points there."""
+    model = config.token_classifier.model
+    if Path(model).expanduser().is_dir():
+        return []
+    if Path(model).is_absolute() or model.startswith(".") or model.count("/") != 1:
+        raise ValueError(
+            f"detectors.faithfulness.token_classifier.model: {model!r} is neither a "
+            "directory nor a hub id"
+        )
+    return [
+        ModelNeed(
+            repo=model,
+            revision=TOKEN_REVISIONS.get(model, "main"),
+            files=TOKEN_FILES,
+            directory=model,
+            weights=TOKEN_WEIGHT_FILES,
+            setting="token_classifier.model",
+        )
+    ]
+
+
 def load_model(config: FaithfulnessConfig) -> None:
     """Load the checkpoint as the scoring worker does and score one pair; raise if it fails.
 
     On the CPU in fp32 whatever ``device`` says: the machine that fetches may
     have no GPU, and what is checked here is the files.
     """
+    if local_judge(config) == "token_classifier":
+        _load_token_model(config)
+        return
     from detectors.faithfulness.hhem import HhemScorer
 
     scorer = HhemScorer(read_checkpoint(config.model), max_premise_tokens=config.max_premise_tokens)
@@ -103,11 +160,32 @@ def load_model(config: FaithfulnessConfig) -> None:
         raise ValueError(f"the model scored {score}, outside [0, 1]")
 
 
+def _load_token_model(config: FaithfulnessConfig) -> None:
+    from detectors.faithfulness.judge import JudgePair
+    from detectors.faithfulness.token_classifier import TokenClassifier
+    from detectors.faithfulness.token_judge import TokenJudge
+
+    section = config.token_classifier
+    classifier = TokenClassifier(resolve_token_model(section.model), max_length=section.max_length)
+    premise, answer = VERIFY_PAIR
+    [result] = TokenJudge(classifier).score([JudgePair(premise, answer, VERIFY_QUESTION)])
+    if result.score is None or not 0.0 <= result.score <= 1.0:
+        raise ValueError(f"the model gave {result.outcome} {result.score}, not a score in [0, 1]")
+
+
 def missing_models(config: FaithfulnessConfig) -> list[str]:
     """The model (or its foundation) that is neither a directory nor in the local cache.
-    None without the hhem extra: resolving needs its hub client, and the sidecar's build
-    names the extra to install."""
-    if not config.enabled or config.judge != "hhem" or missing_modules("hhem"):
+    None without the judge's extra: resolving needs its hub client, and the sidecar's
+    build names the extra to install."""
+    if config.enabled and local_judge(config) == "token_classifier":
+        if missing_modules("token-judge"):
+            return []
+        try:
+            resolve_token_model(config.token_classifier.model)
+        except ModelMissingError as exc:
+            return [exc.name]
+        return []
+    if not config.enabled or local_judge(config) != "hhem" or missing_modules("hhem"):
         return []
     try:
         read_checkpoint(config.model)
@@ -130,13 +208,15 @@ def _simulate(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
 
 
 def _late_metrics(registry: CollectorRegistry) -> None:
-    """The HHEM precision gauge (declared once the model is loaded) and an LLM judge's
-    counters (declared when one is configured)."""
+    """The HHEM precision gauge (declared once the model is loaded), an LLM judge's
+    counters (declared when one is configured) and a cascade's (when it loads)."""
+    from detectors.faithfulness.cascade_judge import CascadeMetrics
     from detectors.faithfulness.hhem_judge import precision_info
     from detectors.faithfulness.judge_metrics import JudgeMetrics, Prices
 
     precision_info(registry)
     JudgeMetrics(registry, "openai_compatible", Prices())
+    CascadeMetrics(registry, "hhem", "openai_compatible")
 
 
 COMPONENT = DetectorComponent(
@@ -151,7 +231,7 @@ COMPONENT = DetectorComponent(
     models=ModelSupport(needs=model_needs, load=load_model, missing=missing_models),
     commands=(SCORE,),
     simulate=_simulate,
-    incidents=("faithfulness", "judge_blind"),
+    incidents=("faithfulness", "judge_blind", "judge_change"),
     late_metrics=_late_metrics,
     require_extras=require_extras,
 )

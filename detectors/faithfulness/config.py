@@ -5,14 +5,17 @@ from __future__ import annotations
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from detectors.faithfulness.hhem import HHEM_REPO
+from detectors.faithfulness.token_classifier import DEFAULT_TOKEN_MODEL
 from monitor.section import Patterns, Section
 from monitor.verdict_exports.config import PhoenixConfig
 
 AlwaysSample = Literal["thumbs_down", "probe"]
-JudgeKind = Literal["hhem", "openai_compatible"]
+JudgeKind = Literal["hhem", "token_classifier", "openai_compatible", "cascade"]
+# The local judges a cascade can put first: each scores every sampled pair.
+FirstJudgeKind = Literal["hhem", "token_classifier"]
 JudgeLocation = Literal["inline", "kafka"]
 
 
@@ -48,6 +51,14 @@ class LlmJudgeConfig(Section):
     concurrency: int = Field(
         4, gt=0, le=64, description="answers judged at once (two requests each, in turn)"
     )
+    max_output_tokens: int | None = Field(
+        None,
+        gt=0,
+        le=32_768,
+        description="tokens one reply may use, sent as max_tokens (a reply cut there is "
+        "malformed); null: none sent, except with judge: cascade, whose budget needs a bound "
+        "on each reply: there null means 64 per claim of max_claims plus 64",
+    )
     input_usd_per_1m_tokens: float | None = Field(
         None,
         ge=0,
@@ -77,6 +88,29 @@ class LlmJudgeConfig(Section):
         if (output is None) != (info.data.get("input_usd_per_1m_tokens") is None):
             raise ValueError("set input_usd_per_1m_tokens and output_usd_per_1m_tokens together")
         return output
+
+
+class TokenJudgeConfig(Section):
+    """The token_classifier judge: a LettuceDetect or TinyLettuce token classifier marks the
+    answer's tokens the contexts do not support."""
+
+    model: str = Field(
+        DEFAULT_TOKEN_MODEL,
+        min_length=1,
+        description="hub id (read from the local cache; `rag-monitor models fetch` fills it) "
+        "or a directory holding config.json, the tokenizer and the weights: "
+        "KRLabsOrg/tinylettuce-ettin-68m-en (68M parameters), tinylettuce-ettin-17m-en, "
+        "lettucedect-base-modernbert-en-v1 (150M) or lettucedect-large-modernbert-en-v1",
+    )
+    max_length: int | None = Field(
+        None,
+        ge=64,
+        le=32_768,
+        description="tokens per model input (instructions, question, passages and answer); "
+        "longer evidence is split into inputs at passage boundaries and each answer token "
+        "keeps its highest hallucination probability; null: the model's maximum, at most "
+        "4096 (the length these models were trained at)",
+    )
 
 
 class RemoteJudgingConfig(Section):
@@ -114,6 +148,50 @@ class RemoteJudgingConfig(Section):
     )
 
 
+class CascadeConfig(Section):
+    """judge: cascade: a local judge scores every sampled answer; those it is unsure of go
+    on to the LLM judge (llm_judge), within a rate and a spend budget."""
+
+    first: FirstJudgeKind = Field(
+        "hhem",
+        description="the local judge that scores every sampled answer (its own settings: "
+        "model, precision, ... for hhem)",
+    )
+    band_low: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="first judge's scores in [band_low, band_high] are uncertain and go to "
+        "the LLM judge; set it from `rag-monitor report review` (cascade tiers)",
+    )
+    band_high: float = Field(
+        0.7, ge=0, le=1, description="upper end of the uncertain band (see band_low)"
+    )
+    max_per_second: float = Field(
+        2.0,
+        gt=0,
+        le=1000,
+        description="answers sent to the LLM judge per second at most (two requests each); "
+        "more in the band keep the first judge's verdict, counted refused_rate",
+    )
+    usd_per_hour: float | None = Field(
+        None,
+        gt=0,
+        description="spend budget of the LLM judge in USD over any sliding hour, per process "
+        "(N replicas or scorers spend up to N times it: set the total / N); an answer the "
+        "budget cannot cover keeps the first judge's verdict, counted refused_budget; "
+        "required with judge: cascade",
+    )
+
+    @field_validator("band_high")
+    @classmethod
+    def _band_ordered(cls, high: float, info: Any) -> float:
+        low = info.data.get("band_low")
+        if low is not None and high < low:
+            raise ValueError(f"band_high ({high:g}) is below band_low ({low:g})")
+        return high
+
+
 class FaithfulnessConfig(Section):
     enabled: bool = Field(True, description="score a sample of answers for faithfulness")
     judge_location: JudgeLocation = Field(
@@ -128,8 +206,11 @@ class FaithfulnessConfig(Section):
     )
     judge: JudgeKind = Field(
         "hhem",
-        description="hhem (HHEM-2.1-Open on this process's CPU or GPU) or openai_compatible "
-        "(an LLM verifies the answer's claims: llm_judge)",
+        description="hhem (HHEM-2.1-Open on this process's CPU or GPU), token_classifier (a "
+        "LettuceDetect token classifier on the CPU or GPU: token_classifier; it also finds "
+        "the unsupported spans of the answer), openai_compatible (an LLM verifies the "
+        "answer's claims: llm_judge) or cascade (a local judge on every answer, the LLM "
+        "judge on those it is unsure of, within a USD budget: cascade)",
     )
     llm_judge: LlmJudgeConfig = Field(
         default_factory=LlmJudgeConfig,
@@ -140,6 +221,11 @@ class FaithfulnessConfig(Section):
         HHEM_REPO,
         description="hhem: hub id (read from the local cache; `rag-monitor models fetch` fills "
         "it) or a directory",
+    )
+    token_classifier: TokenJudgeConfig = Field(
+        default_factory=TokenJudgeConfig,
+        description="judge: token_classifier: the checkpoint (hub id or directory) and the "
+        "tokens per model input",
     )
     sample_rate: float = Field(0.02, gt=0, le=1, description="share of traces scored")
     always_sample: list[AlwaysSample] = Field(
@@ -160,19 +246,25 @@ class FaithfulnessConfig(Section):
     )
     threshold: float = Field(0.5, ge=0, le=1, description="score at or above: consistent")
     granularity: Literal["answer", "sentence"] = Field(
-        "answer", description="hhem: unit scored (openai_compatible judges claims)"
+        "answer",
+        description="hhem: unit scored (openai_compatible judges claims, token_classifier "
+        "tokens of the whole answer)",
     )
     batch_size: int | None = Field(
-        None, gt=0, description="hhem: pairs per model call (null: 1 on cpu, 8 on cuda)"
+        None,
+        gt=0,
+        description="hhem and token_classifier: pairs (token_classifier: model inputs) per "
+        "model call (null: 1 on cpu, 8 on cuda)",
     )
-    device: str = Field("cpu", description="hhem: torch device, cpu or cuda")
+    device: str = Field("cpu", description="hhem and token_classifier: torch device, cpu or cuda")
     precision: Literal["auto", "fp32", "bf16_autocast", "bf16", "int8", "onnx", "onnx_int8"] = (
         Field(
             "auto",
-            description="hhem: auto (measure each at start-up, keep the fastest within "
-            "precision_tolerance of fp32), fp32, bf16_autocast (bf16 matrix products, fp32 layer "
-            "norms and classifier), bf16 (all weights), int8 (dynamic int8 Linear layers, cpu), "
-            "onnx (ONNX Runtime, fp32, cpu) or onnx_int8 (ONNX Runtime, dynamic int8 weights, cpu)",
+            description="hhem and token_classifier: auto (hhem: measure each at start-up, keep "
+            "the fastest within precision_tolerance of fp32; token_classifier: fp32), fp32, "
+            "bf16_autocast (bf16 matrix products; hhem: fp32 layer norms and classifier), bf16 "
+            "(all weights), int8 (dynamic int8 Linear layers, cpu), and for hhem only onnx "
+            "(ONNX Runtime, fp32, cpu) or onnx_int8 (ONNX Runtime, dynamic int8 weights, cpu)",
         )
     )
     precision_tolerance: float = Field(
@@ -184,7 +276,8 @@ class FaithfulnessConfig(Section):
     threads: int | None = Field(
         None,
         gt=0,
-        description="torch intra-op threads (null: the cores the sidecar may use, its CPU "
+        description="hhem and token_classifier: torch intra-op threads (null: the cores the "
+        "sidecar may use, its CPU "
         "affinity capped by its cgroup CPU quota)",
     )
     max_premise_tokens: int = Field(
@@ -209,15 +302,52 @@ class FaithfulnessConfig(Section):
         default_factory=PhoenixConfig,
         description="write each score back to Phoenix as a span annotation (the phoenix extra)",
     )
+    cascade: CascadeConfig = Field(
+        default_factory=CascadeConfig,
+        validate_default=True,
+        description="judge: cascade: the first judge, the uncertain band, and the LLM "
+        "judge's rate and USD budget",
+    )
 
     @field_validator("llm_judge")
     @classmethod
     def _llm_judge_named(cls, llm_judge: LlmJudgeConfig, info: Any) -> LlmJudgeConfig:
-        if info.data.get("judge") == "openai_compatible":
+        judge = info.data.get("judge")
+        if judge in ("openai_compatible", "cascade"):
             for key in ("endpoint", "model"):
                 if not getattr(llm_judge, key):
-                    raise ValueError(f"{key} is required when judge is openai_compatible")
+                    raise ValueError(f"{key} is required when judge is {judge}")
         return llm_judge
+
+    @field_validator("cascade")
+    @classmethod
+    def _cascade_runnable(cls, cascade: CascadeConfig, info: Any) -> CascadeConfig:
+        """A cascade holds the threshold inside its band (the band is the first judge's
+        doubt about the verdict at the threshold), and has a budget in USD with a price to
+        count it in."""
+        if info.data.get("judge") != "cascade":
+            return cascade
+        threshold = info.data.get("threshold")
+        if threshold is not None and not cascade.band_low <= threshold <= cascade.band_high:
+            raise ValueError(
+                f"the band [{cascade.band_low:g}, {cascade.band_high:g}] must hold the "
+                f"threshold ({threshold:g}): the band is where the first judge's verdict at "
+                "the threshold is in doubt"
+            )
+        if cascade.usd_per_hour is None:
+            raise ValueError("usd_per_hour is required when judge is cascade")
+        llm_judge = info.data.get("llm_judge")
+        if llm_judge is None or llm_judge.model is None:
+            return cascade  # llm_judge itself failed validation: reported there
+        from detectors.faithfulness.judge_metrics import Prices
+
+        if Prices.configured(llm_judge) is None and Prices.lookup(llm_judge.model) is None:
+            raise ValueError(
+                f"a budget in USD needs the LLM judge's prices, and genai-prices has none "
+                f"for {llm_judge.model}: set llm_judge.input_usd_per_1m_tokens and "
+                "output_usd_per_1m_tokens (0 and 0 for a model that costs nothing per token)"
+            )
+        return cascade
 
     @field_validator("granularity")
     @classmethod
@@ -227,6 +357,11 @@ class FaithfulnessConfig(Section):
                 "sentence applies to the hhem judge; openai_compatible splits the answer "
                 "into claims itself"
             )
+        if granularity == "sentence" and info.data.get("judge") == "token_classifier":
+            raise ValueError(
+                "sentence applies to the hhem judge; token_classifier judges each token of "
+                "the answer and reports the unsupported spans"
+            )
         return granularity
 
     @field_validator("precision")
@@ -235,4 +370,27 @@ class FaithfulnessConfig(Section):
         on_cpu = str(info.data.get("device", "cpu")).startswith("cpu")
         if precision in ("int8", "onnx", "onnx_int8") and not on_cpu:
             raise ValueError(f"{precision} runs on cpu only; use auto, bf16 or fp32 on cuda")
+        if precision in ("onnx", "onnx_int8") and info.data.get("judge") == "token_classifier":
+            raise ValueError(
+                f"{precision} applies to the hhem judge; token_classifier runs auto (fp32), "
+                "fp32, bf16_autocast, bf16 or int8"
+            )
         return precision
+
+    @model_validator(mode="after")
+    def _cascade_first_judge(self) -> FaithfulnessConfig:
+        """A cascade's first judge gets the checks ``judge:`` naming it would give (the
+        field validators above run before ``cascade`` is read)."""
+        if self.judge != "cascade" or self.cascade.first != "token_classifier":
+            return self
+        if self.granularity == "sentence":
+            raise ValueError(
+                "granularity: sentence applies to the hhem judge; the cascade's first judge, "
+                "token_classifier, judges each token of the answer"
+            )
+        if self.precision in ("onnx", "onnx_int8"):
+            raise ValueError(
+                f"precision: {self.precision} applies to the hhem judge; the cascade's first "
+                "judge, token_classifier, runs auto (fp32), fp32, bf16_autocast, bf16 or int8"
+            )
+        return self

@@ -18,15 +18,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from detectors.faithfulness.config import FaithfulnessConfig
-from detectors.faithfulness.judge import judge_name
+from detectors.faithfulness.judges import judge_identity
 from detectors.faithfulness.names import (
     BELOW_THRESHOLD_TOTAL,
     CACHE_HITS_TOTAL,
     EVALUATIONS_TOTAL,
     FAITHFULNESS_SCORE,
+    JUDGE_INFO,
     MODEL_PAIRS_TOTAL,
     MODEL_SECONDS_TOTAL,
     TRUNCATED_TOTAL,
@@ -59,37 +60,49 @@ PUBLISH_QUEUE_SIZE = 4096
 
 
 class FaithfulnessMetrics:
-    """The faithfulness metrics (README, "Faithfulness"), plus the model's own counters."""
+    """The faithfulness metrics (README, "Faithfulness"), plus the model's own counters.
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    Every verdict series carries the ``judge`` label, the judge's identity
+    (``judges.judge_identity``), and ``rag_faithfulness_judge_info`` names the judge this
+    process runs: the rules keep each judge apart and follow the current one."""
+
+    def __init__(self, registry: CollectorRegistry, judge: str) -> None:
         score = Histogram(
             FAITHFULNESS_SCORE,
             "Faithfulness score of sampled answers by the judge (hhem: P(consistent), or "
             "the share of supported sentences; openai_compatible: the share of supported "
-            "claims), by variant.",
-            ["variant"],
+            "claims), by variant and judge (its identity).",
+            ["variant", "judge"],
             buckets=SCORE_BUCKETS,
             registry=registry,
         )
-        self.score = ByVariant(score.labels)
+        self.score = ByVariant(lambda variant: score.labels(variant, judge))
         evaluations = Counter(
             EVALUATIONS_TOTAL,
             "Sampled answers by outcome (scored; no_answer, no_claims (blank, or no claim "
             "found by an LLM judge), refusal, no_context (no context with text): settled "
-            "without the judge; error: the judge gave no score) and variant.",
-            ["outcome", "variant"],
+            "without the judge; error: the judge gave no score), variant and judge.",
+            ["outcome", "variant", "judge"],
             registry=registry,
         )
         self.evaluations = {
-            o: ByVariant(functools.partial(evaluations.labels, o)) for o in OUTCOMES
+            o: ByVariant(functools.partial(_bind_outcome, evaluations, o, judge)) for o in OUTCOMES
         }
         below_threshold = Counter(
             BELOW_THRESHOLD_TOTAL,
-            "Scored answers below detectors.faithfulness.threshold, by variant.",
-            ["variant"],
+            "Scored answers below detectors.faithfulness.threshold, by variant and judge.",
+            ["variant", "judge"],
             registry=registry,
         )
-        self.below_threshold = ByVariant(below_threshold.labels)
+        self.below_threshold = ByVariant(lambda variant: below_threshold.labels(variant, judge))
+        Gauge(
+            JUDGE_INFO,
+            "1 for the faithfulness judge this process runs, by its identity (kind, model "
+            "and revision, threshold; an LLM judge's prompts): a change of judge starts its "
+            "own series and its own correction.",
+            ["judge"],
+            registry=registry,
+        ).labels(judge).set(1)
         self.truncated = Counter(
             TRUNCATED_TOTAL,
             "Scored answers whose premise was cut to max_premise_tokens.",
@@ -111,6 +124,10 @@ class FaithfulnessMetrics:
             "(pairs / seconds: capacity).",
             registry=registry,
         )
+
+
+def _bind_outcome(counter: Counter, outcome: str, judge: str, variant: str) -> Counter:
+    return counter.labels(outcome, variant, judge)
 
 
 def without_query_vector(trace: RagTrace) -> RagTrace:
@@ -137,11 +154,11 @@ class FaithfulnessDetector:
         kafka: KafkaConnection | None = None,
     ) -> None:
         self.config = config
-        self.judge = judge_name(config)
+        self.judge = judge_identity(config)
         self._emit = emit  # each verdict back into the pipeline: JudgeScore or UnscoredAnswer
         self.registry = registry
         self.enabled = config.enabled
-        self.metrics = FaithfulnessMetrics(registry)
+        self.metrics = FaithfulnessMetrics(registry, self.judge)
         needs = ("answer", "contexts") if config.enabled else ()
         self.missing = MissingInputs(registry, self.name, needs)
         self._triage = Triage(config)
@@ -247,7 +264,16 @@ class FaithfulnessDetector:
             self.metrics.truncated.inc()
         if self._emit is not None:
             trace_id = evaluation.trace.trace_id
-            self._emit(JudgeScore(trace_id, score, self.config.threshold, judge=self.judge))
+            self._emit(
+                JudgeScore(
+                    trace_id,
+                    score,
+                    self.config.threshold,
+                    self.judge,
+                    evaluation.spans,
+                    evaluation.tiers,
+                )
+            )
         span_id = evaluation.trace.root_span_id
         if self.annotator is not None and span_id:
             self.annotator.annotate(span_id, score)

@@ -102,11 +102,20 @@ def resolve_model_dir(name: str, cache_dir: str | Path | None = None) -> Path:
         return path
     if path.is_absolute() or name.startswith(".") or name.count("/") != 1:
         raise ModelMissingError(name, "no such directory")
+    try:
+        return cached_snapshot(name, PINNED_REVISIONS.get(name), cache_dir)
+    except LookupError as exc:
+        raise ModelMissingError(name, str(exc)) from exc
+
+
+def cached_snapshot(name: str, pinned: str | None, cache_dir: str | Path | None) -> Path:
+    """Hub id ``name``'s snapshot in the local Hugging Face cache, never downloading: the
+    ``pinned`` revision first, then whatever the cache's ``main`` points to. Raises
+    ``LookupError`` saying why when neither is there."""
     from huggingface_hub import snapshot_download
 
-    pinned = PINNED_REVISIONS.get(name)
     error: Exception | None = None
-    for revision in (pinned, None) if pinned else (None,):
+    for revision in dict.fromkeys((pinned, None)):
         try:
             return Path(
                 snapshot_download(
@@ -115,7 +124,7 @@ def resolve_model_dir(name: str, cache_dir: str | Path | None = None) -> Path:
             )
         except Exception as exc:  # LocalEntryNotFoundError and friends, by version
             error = exc
-    raise ModelMissingError(name, f"not in the local Hugging Face cache: {error}") from error
+    raise LookupError(f"not in the local Hugging Face cache: {error}") from error
 
 
 def read_checkpoint(model: str, cache_dir: str | Path | None = None) -> HhemCheckpoint:

@@ -35,6 +35,7 @@ from detectors.faithfulness.judge import (
     batch_size_for,
     pair_key,
 )
+from detectors.faithfulness.judges import judge_identity
 from detectors.faithfulness.names import PRECISION_INFO
 from detectors.faithfulness.precision import calibrate
 from detectors.faithfulness.triage import split_sentences
@@ -56,18 +57,18 @@ class _Job:
 class HhemJudge:
     """HHEM scores of (premise, answer) pairs; thread-confined to the scoring worker."""
 
-    name = "hhem"
-
     def __init__(
         self,
         scorer: HhemScorer,
         *,
+        name: str = "hhem",
         granularity: Literal["answer", "sentence"] = "answer",
         threshold: float = 0.5,
         batch_size: int = 1,
         cache_size: int = 0,
         on_stats: Callable[[WorkerStats], None] = lambda _: None,
     ) -> None:
+        self.name = name
         self.scorer = scorer
         self.batch_size = batch_size
         self._granularity = granularity
@@ -205,6 +206,7 @@ def load_hhem_judge(
     )
     return HhemJudge(
         scorer,
+        name=judge_identity(config),
         granularity=config.granularity,
         threshold=config.threshold,
         batch_size=batch_size,

@@ -4,10 +4,13 @@ pairs, whether that worker runs inline in the sidecar or in a scorer process.
 A judge returns one ``JudgeResult`` per pair, in order: a score in [0, 1] (``scored``),
 ``no_claims`` (the answer states nothing to check), or ``error`` with its kind. An
 error is never a score: the worker counts it as the ``error`` outcome and nothing
-enters the score histogram or the pass share. Two judges exist (``judge:`` in
-``detectors.faithfulness``): ``hhem`` (``hhem_judge.py``) and ``openai_compatible``
-(``llm_judge.py``); ``judges.open_judge`` loads the configured one. Both import this
-module, so it imports neither.
+enters the score histogram or the pass share. A token-level judge adds the answer's
+unsupported spans, a cascade each tier's verdict. The judges (``judge:`` in
+``detectors.faithfulness``): ``hhem`` (``hhem_judge.py``), ``token_classifier``
+(``token_judge.py``), ``openai_compatible`` (``llm_judge.py``) and ``cascade``
+(``cascade_judge.py``: a local judge, then the LLM judge on the uncertain band);
+``judges.open_judge`` loads the configured one. Each imports this module, so it imports
+none of them.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeVar
+
+from monitor.trace import Spans, TierVerdict
 
 if TYPE_CHECKING:
     from detectors.faithfulness.config import FaithfulnessConfig
@@ -55,10 +60,12 @@ class JudgeResult:
     score: float | None = None
     truncated: bool = False  # the premise was cut to fit the judge
     error: ErrorKind | None = None
+    spans: Spans = ()  # a token-level judge's unsupported parts of the answer
+    tiers: tuple[TierVerdict, ...] = ()  # a cascade's verdict of each tier that judged
 
     @classmethod
-    def scored(cls, score: float, truncated: bool = False) -> JudgeResult:
-        return cls("scored", score, truncated)
+    def scored(cls, score: float, truncated: bool = False, spans: Spans = ()) -> JudgeResult:
+        return cls("scored", score, truncated, spans=spans)
 
     @classmethod
     def failed(cls, kind: ErrorKind) -> JudgeResult:
@@ -110,19 +117,15 @@ class JudgeUnavailable(Exception):
         super().__init__(how_to_fix)
 
 
-def judge_name(config: FaithfulnessConfig) -> str:
-    """The judge's name as stored with its scores: ``hhem``, or ``openai_compatible:<model>``
-    (a judge per model: switching models starts a new calibration)."""
-    if config.judge == "hhem":
-        return "hhem"
-    return f"openai_compatible:{config.llm_judge.model}"
-
-
 def batch_size_for(config: FaithfulnessConfig) -> int:
     """Pairs per worker batch: HHEM's batch_size (1 on cpu, 8 on cuda by default), or the
-    LLM judge's concurrency."""
+    LLM judge's concurrency; a cascade's the larger of its first judge's and its LLM
+    judge's, so that one batch's uncertain answers can keep the LLM's requests busy."""
     if config.judge == "openai_compatible":
         return config.llm_judge.concurrency
+    if config.judge == "cascade":
+        first = batch_size_for(config.model_copy(update={"judge": config.cascade.first}))
+        return max(first, config.llm_judge.concurrency)
     return config.batch_size or (1 if config.device.startswith("cpu") else 8)
 
 

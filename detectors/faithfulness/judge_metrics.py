@@ -7,6 +7,7 @@ model in neither (a self-hosted one) has its tokens counted but no cost.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -71,9 +72,16 @@ class JudgeMetrics:
     """``rag_judge_*`` series of one judge (label ``judge``)."""
 
     def __init__(
-        self, registry: CollectorRegistry | None, judge: str, prices: Prices | None
+        self,
+        registry: CollectorRegistry | None,
+        judge: str,
+        prices: Prices | None,
+        on_cost: Callable[[float], None] | None = None,
     ) -> None:
+        """``on_cost`` hears each amount the cost counter adds, as it adds it (a cascade's
+        budget charges exactly what ``rag_judge_cost_usd_total`` counts)."""
         self._prices = prices
+        self._on_cost = on_cost
         requests = _counter(
             registry,
             JUDGE_REQUESTS_TOTAL,
@@ -125,7 +133,10 @@ class JudgeMetrics:
         self._input.inc(usage.input_tokens)
         self._output.inc(usage.output_tokens)
         if self._cost is not None and self._prices is not None:
-            self._cost.inc(self._prices.cost(usage))
+            cost = self._prices.cost(usage)
+            self._cost.inc(cost)
+            if self._on_cost is not None:
+                self._on_cost(cost)
 
     def claims(self, supported: int, unsupported: int) -> None:
         self._supported.inc(supported)

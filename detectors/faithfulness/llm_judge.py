@@ -51,10 +51,10 @@ from detectors.faithfulness.judge import (
     JudgeUnavailable,
     ScoreCache,
     WorkerStats,
-    judge_name,
     pair_key,
 )
 from detectors.faithfulness.judge_metrics import JudgeMetrics, Prices
+from detectors.faithfulness.judges import judge_identity
 from detectors.faithfulness.openai_chat import ChatClient, ChatError
 
 if TYPE_CHECKING:
@@ -152,6 +152,24 @@ def parse_verdicts(content: dict[str, Any], claims: int) -> list[bool]:
     return [found[n] for n in range(1, claims + 1)]
 
 
+def extraction_messages(pair: JudgePair, max_claims: int) -> list[dict[str, str]]:
+    """The first request's messages: the question and the answer, never the contexts."""
+    data = {"question": pair.question, "answer": pair.answer}
+    return [
+        {"role": "system", "content": EXTRACT_PROMPT.format(max_claims=max_claims)},
+        {"role": "user", "content": as_data({k: v for k, v in data.items() if v})},
+    ]
+
+
+def verification_messages(pair: JudgePair, claims: Sequence[str]) -> list[dict[str, str]]:
+    """The second request's messages: the passages and the claims, numbered here."""
+    numbered = [{"claim": n, "text": claim} for n, claim in enumerate(claims, start=1)]
+    return [
+        {"role": "system", "content": VERIFY_PROMPT},
+        {"role": "user", "content": as_data({"passages": pair.premise, "claims": numbered})},
+    ]
+
+
 class LlmJudge:
     """Claim-level faithfulness by an LLM on an OpenAI-compatible endpoint."""
 
@@ -213,22 +231,14 @@ class LlmJudge:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _claims(self, pair: JudgePair) -> list[str]:
-        data = {"question": pair.question, "answer": pair.answer}
-        messages = [
-            {"role": "system", "content": EXTRACT_PROMPT.format(max_claims=self._max_claims)},
-            {"role": "user", "content": as_data({k: v for k, v in data.items() if v})},
-        ]
+        messages = extraction_messages(pair, self._max_claims)
         claims = self._client.complete(messages, "claims", CLAIMS_SCHEMA, parse_claims)
         if len(claims) > self._max_claims:
             self._metrics.claims_cut(len(claims) - self._max_claims)
         return claims[: self._max_claims]
 
     def _verdicts(self, pair: JudgePair, claims: list[str]) -> list[bool]:
-        numbered = [{"claim": n, "text": claim} for n, claim in enumerate(claims, start=1)]
-        messages = [
-            {"role": "system", "content": VERIFY_PROMPT},
-            {"role": "user", "content": as_data({"passages": pair.premise, "claims": numbered})},
-        ]
+        messages = verification_messages(pair, claims)
         count = len(claims)
         return self._client.complete(
             messages, "verdicts", VERDICTS_SCHEMA, lambda reply: parse_verdicts(reply, count)
@@ -241,8 +251,11 @@ def load_llm_judge(
     registry: CollectorRegistry | None,
     on_stats: Callable[[WorkerStats], None],
     stopping: threading.Event,
+    on_cost: Callable[[float], None] | None = None,
 ) -> LlmJudge:
-    """The judge of ``config.llm_judge``; ``JudgeUnavailable`` when its key is not set."""
+    """The judge of ``config.llm_judge``; ``JudgeUnavailable`` when its key is not set.
+    ``on_cost`` hears each USD amount ``rag_judge_cost_usd_total`` adds (a cascade's
+    budget)."""
     llm = config.llm_judge
     # The config requires both with this judge.
     assert llm.endpoint is not None
@@ -256,9 +269,9 @@ def load_llm_judge(
                 f"set the environment variable {llm.api_key_env} to the API key "
                 "(detectors.faithfulness.llm_judge.api_key_env names it)",
             )
-    name = judge_name(config)
+    name = judge_identity(config)
     prices = Prices.configured(llm) or Prices.lookup(llm.model)
-    metrics = JudgeMetrics(registry, name, prices)
+    metrics = JudgeMetrics(registry, name, prices, on_cost)
     client = ChatClient(
         llm.endpoint,
         llm.model,
@@ -267,6 +280,7 @@ def load_llm_judge(
         max_retries=llm.max_retries,
         on_attempt=metrics.attempt,
         wait=stopping.wait,
+        max_tokens=llm.max_output_tokens,
     )
     log.info(
         "faithfulness_judge_ready",

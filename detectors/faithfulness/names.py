@@ -3,9 +3,11 @@ metrics, its rules and its panels share."""
 
 from __future__ import annotations
 
-FAITHFULNESS_SCORE = "rag_faithfulness_score"  # histogram of HHEM scores, label variant
+# Every verdict series has the label judge: the judge's identity (judges.judge_identity).
+FAITHFULNESS_SCORE = "rag_faithfulness_score"  # histogram of the judge's scores, label variant
 EVALUATIONS_TOTAL = "rag_faithfulness_evaluations_total"  # labels outcome (scored, ...), variant
 BELOW_THRESHOLD_TOTAL = "rag_faithfulness_below_threshold_total"  # label variant
+JUDGE_INFO = "rag_faithfulness_judge_info"  # 1 for the judge this process runs, label judge
 SCORED = f'{EVALUATIONS_TOTAL}{{outcome="scored"}}'
 
 # The LLM judge's own work and spend, label judge (and outcome, direction, verdict).
@@ -14,6 +16,13 @@ JUDGE_TOKENS_TOTAL = "rag_judge_tokens_total"  # label direction: input, output
 JUDGE_COST_USD_TOTAL = "rag_judge_cost_usd_total"
 JUDGE_CLAIMS_TOTAL = "rag_judge_claims_total"  # label verdict: supported, unsupported
 JUDGE_CLAIMS_CUT_TOTAL = "rag_judge_claims_cut_total"  # claims past max_claims, not verified
+# A cascade (judge: cascade): each tier's verdicts, label judge (the tier's identity), tier
+# (first, second), verdict (supported, unsupported, no_claims, error); and the uncertain
+# answers by what became of them, label judge (the second tier's), outcome (sent,
+# refused_budget, refused_rate).
+JUDGE_TIER_VERDICTS_TOTAL = "rag_judge_tier_verdicts_total"
+JUDGE_ESCALATIONS_TOTAL = "rag_judge_escalations_total"
+JUDGE_BUDGET_USD = "rag_judge_budget_usd"  # label judge, state (spent, reserved, limit)
 TRUNCATED_TOTAL = "rag_faithfulness_truncated_total"
 CACHE_HITS_TOTAL = "rag_faithfulness_cache_hits_total"
 MODEL_PAIRS_TOTAL = "rag_faithfulness_model_pairs_total"

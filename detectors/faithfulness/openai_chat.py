@@ -3,11 +3,12 @@
 The request asks for a JSON object that follows a schema
 (``response_format: {"type": "json_schema", "json_schema": {..., "strict": true}}``,
 what OpenAI, vLLM, Ollama and most gateways accept) at temperature 0, over the standard
-library's HTTP client: no SDK to install. The reply is read strictly: a status other
-than 200 is an error of its kind; a body that is not the chat completion shape, a cut
-reply (``finish_reason`` other than ``stop``), a refusal, content that is not a JSON
-object, or an object the caller's ``parse`` refuses (``ValueError``: off its schema) is
-``malformed``.
+library's HTTP client: no SDK to install. With ``max_tokens`` set (a cascade always sets
+it: its budget bounds each reply) the request carries it. The reply is read strictly: a
+status other than 200 is an error of its kind; a body that is not the chat completion
+shape, a cut reply (``finish_reason`` other than ``stop``), a refusal, content that is
+not a JSON object, or an object the caller's ``parse`` refuses (``ValueError``: off its
+schema) is ``malformed``.
 
 Retries: a 429, a 408, a 5xx, a timeout or a lost connection is retried up to
 ``max_retries`` times, after the server's ``Retry-After`` (seconds or an HTTP date) or an
@@ -84,11 +85,14 @@ class ChatClient:
         max_retries: int,
         on_attempt: Callable[[RequestOutcome, Usage | None], None],
         wait: Callable[[float], bool],
+        max_tokens: int | None = None,
     ) -> None:
         """``wait(seconds)`` sleeps between attempts and returns True when the caller is
-        stopping (then no further attempt is made)."""
+        stopping (then no further attempt is made); ``max_tokens``, when set, bounds each
+        reply (a reply cut there has ``finish_reason: length``: malformed)."""
         self._url = f"{endpoint}/chat/completions"
         self._model = model
+        self.max_tokens = max_tokens
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
@@ -106,17 +110,7 @@ class ChatClient:
     ) -> _T:
         """``parse`` of the reply's JSON object; raises ``ChatError`` when there is no reply
         ``parse`` accepts (it raises ``ValueError`` for an object off the schema)."""
-        body = json.dumps(
-            {
-                "model": self._model,
-                "messages": messages,
-                "temperature": 0,
-                "response_format": {
-                    "type": "json_schema",
-                    "json_schema": {"name": schema_name, "schema": schema, "strict": True},
-                },
-            }
-        ).encode()
+        body = request_body(self._model, messages, schema_name, schema, self.max_tokens)
         for attempt in range(self._max_retries + 1):
             try:
                 return self._attempt(body, parse)
@@ -167,6 +161,29 @@ class ChatClient:
             raise _Attempt("malformed") from None
         self._on_attempt("ok", usage)
         return parsed
+
+
+def request_body(
+    model: str,
+    messages: list[dict[str, str]],
+    schema_name: str,
+    schema: Mapping[str, Any],
+    max_tokens: int | None = None,
+) -> bytes:
+    """The bytes of one chat completions request (a cascade bounds a request's input
+    tokens by their number before it is sent)."""
+    fields: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "temperature": 0,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": schema_name, "schema": schema, "strict": True},
+        },
+    }
+    if max_tokens is not None:
+        fields["max_tokens"] = max_tokens
+    return json.dumps(fields).encode()
 
 
 def status_outcome(status: int) -> Failure:

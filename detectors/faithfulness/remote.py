@@ -34,7 +34,15 @@ from detectors.faithfulness.triage import premise_of
 from monitor.kafka_connection import KafkaConnection
 from monitor.replication import TopicPublisher, WholeTopicReader, client_settings
 from monitor.sampler import Sampled, trace_fraction
-from monitor.trace import Event, JudgeScore, UnscoredAnswer
+from monitor.trace import (
+    Event,
+    JudgeScore,
+    UnscoredAnswer,
+    bounded_judge,
+    spans_from_record,
+    tiers_from_record,
+    verdict_parts_record,
+)
 from monitor.variants import variant_of
 from monitor.worker import Worker
 
@@ -76,6 +84,7 @@ def score_record(score: JudgeScore, variant: str, service: str) -> dict[str, Any
         "score": score.score,
         "threshold": score.threshold,
         "judge": score.judge,
+        **verdict_parts_record(score.spans, score.tiers),
         "variant": variant,
         "service": service,
     }
@@ -99,12 +108,19 @@ def verdict_from_record(value: bytes) -> JudgeScore | UnscoredAnswer:
         outcome = str(record["outcome"])
         if outcome not in UNSCORED:
             raise ValueError("not an outcome of a scorer's judge")
-        return UnscoredAnswer(str(record["trace_id"]), outcome, judge=str(record["judge"]))
+        return UnscoredAnswer(
+            str(record["trace_id"]), outcome, judge=bounded_judge(record["judge"])
+        )
     score = float(record["score"])
     if not 0.0 <= score <= 1.0:
         raise ValueError("score outside [0, 1]")
     return JudgeScore(
-        str(record["trace_id"]), score, float(record["threshold"]), judge=str(record["judge"])
+        str(record["trace_id"]),
+        score,
+        float(record["threshold"]),
+        judge=bounded_judge(record["judge"]),
+        spans=spans_from_record(record.get("spans", [])),
+        tiers=tiers_from_record(record.get("tiers", [])),
     )
 
 

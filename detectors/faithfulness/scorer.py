@@ -28,7 +28,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.detector import FaithfulnessMetrics
-from detectors.faithfulness.judge import Judge, JudgePair, JudgeResult, WorkerStats, judge_name
+from detectors.faithfulness.judge import Judge, JudgePair, JudgeResult, WorkerStats
+from detectors.faithfulness.judges import judge_identity
 from detectors.faithfulness.names import (
     SCORER_PAIRS_TOTAL,
     SCORER_PARTITIONS,
@@ -80,8 +81,8 @@ class Pair:
 class ScorerMetrics(FaithfulnessMetrics):
     """The inline detector's metrics plus what only a scorer does."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        super().__init__(registry)
+    def __init__(self, registry: CollectorRegistry, judge: str) -> None:
+        super().__init__(registry, judge)
         self.pairs = Counter(
             SCORER_PAIRS_TOTAL,
             "Pairs a scorer read, by stratum and outcome: judged, duplicate (redelivered, "
@@ -110,10 +111,10 @@ class Scorer:
         self, config: FaithfulnessConfig, kafka: KafkaConnection, registry: CollectorRegistry
     ) -> None:
         self.config = config
-        self.metrics = ScorerMetrics(registry)
+        self._judge_name = judge_identity(config)
+        self.metrics = ScorerMetrics(registry, self._judge_name)
         self._settings = client_settings(kafka)
         self._consumer_settings = {**_CONSUMER_DEFAULTS, **kafka.consumer, **self._settings}
-        self._judge_name = judge_name(config)
         self.seen = SeenTraces(config.remote.dedupe_size)
         self.budget = FloorBudget(
             config.min_scored_per_hour, config.remote.floor_burst_s, config.max_per_second
@@ -230,7 +231,14 @@ class Scorer:
             self.metrics.below_threshold[pair.variant].inc()
         if result.truncated:
             self.metrics.truncated.inc()
-        score = JudgeScore(pair.trace_id, result.score, self.config.threshold, self._judge_name)
+        score = JudgeScore(
+            pair.trace_id,
+            result.score,
+            self.config.threshold,
+            self._judge_name,
+            result.spans,
+            result.tiers,
+        )
         self._publish(pair, score_record(score, pair.variant, pair.service), producer)
 
     def _publish(self, pair: Pair, record: dict[str, Any], producer: KafkaProducer) -> None:

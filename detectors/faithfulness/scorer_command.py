@@ -34,6 +34,7 @@ def _score(args: argparse.Namespace, config: Any) -> int:
     del args
     import structlog
 
+    from detectors.faithfulness.component import judge_setting, local_judge
     from detectors.faithfulness.judges import open_judge
     from monitor.config import kafka_connection
     from monitor.extras import MissingExtraError, require_extra
@@ -43,10 +44,22 @@ def _score(args: argparse.Namespace, config: Any) -> int:
     if kafka_connection(config) is None:
         print(f"rag-monitor score: {NO_KAFKA}", file=sys.stderr)
         return 1
-    if faithfulness.judge == "hhem":
+    if local_judge(faithfulness) == "hhem":  # judge: hhem, or a cascade's first judge
         try:
             require_extra(
-                "hhem", "detectors.faithfulness (judge: hhem)", "set judge: openai_compatible"
+                "hhem",
+                f"detectors.faithfulness ({judge_setting(faithfulness)})",
+                "set judge: openai_compatible",
+            )
+        except MissingExtraError as exc:
+            print(f"rag-monitor score: {exc}", file=sys.stderr)
+            return 1
+    if local_judge(faithfulness) == "token_classifier":
+        try:
+            require_extra(
+                "token-judge",
+                f"detectors.faithfulness ({judge_setting(faithfulness)})",
+                "set judge: openai_compatible",
             )
         except MissingExtraError as exc:
             print(f"rag-monitor score: {exc}", file=sys.stderr)

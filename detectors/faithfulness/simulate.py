@@ -5,39 +5,72 @@ section has that floor) from the previous hour's traffic, and at most ``max_per_
 judge reads the world's ``judge_bias`` high, and people review a random sample of the
 scored answers (``monitor.rulekit.simulation.reviews``). During a ``judge_blind`` incident
 the answers fail in a way the judge does not see: people find 0.75 of them faithful, the
-judge passes as many as in health (only the corrected bound can tell)."""
+judge passes as many as in health (only the corrected bound can tell). During a
+``judge_change`` incident another judge (another identity, the same bias) runs: the
+first judge's series stop, the second's start from nothing, reviews included, and the
+first judge's come back after the incident's end."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from detectors.faithfulness.config import FaithfulnessConfig
-from detectors.faithfulness.names import BELOW_THRESHOLD_TOTAL, EVALUATIONS_TOTAL
+from detectors.faithfulness.names import BELOW_THRESHOLD_TOTAL, EVALUATIONS_TOTAL, JUDGE_INFO
 from monitor.names import JUDGE_AGREEMENT_TOTAL
 from monitor.rulekit.simulation import STEP_S, SimulatedWorld, judge_share, reviews
 
 HEALTHY_FAITHFUL_SHARE = 0.92
 INCIDENT_FAITHFUL_SHARE = 0.75
 JUDGE_BLIND = "judge_blind"  # the incident the judge does not see
+JUDGE_CHANGE = "judge_change"  # another judge runs
+# The two judges of a simulated world: the first, and the one a judge_change brings.
+JUDGES = ("hhem/HHEM-2.1-Open@simulated/t0.5", "token/tinylettuce@simulated/t0.5")
 
 
 def series(config: FaithfulnessConfig, guardrails: Any, world: SimulatedWorld) -> None:
     """The scored answers and those below the threshold, and the judge against the
     reviewers, each minute."""
     scored = scored_answers(config, world)
-    world.samples.add(EVALUATIONS_TOTAL, {**world.labels, "outcome": "scored"}, scored)
     faithful = world.rate("faithfulness", HEALTHY_FAITHFUL_SHARE, INCIDENT_FAITHFUL_SHARE)
     judged = judge_share(world, faithful)
-    blind = world.during(JUDGE_BLIND)
-    faithful = np.where(blind, INCIDENT_FAITHFUL_SHARE, faithful)
-    world.samples.add(BELOW_THRESHOLD_TOTAL, world.labels, world.rng.binomial(scored, 1 - judged))
-    for (judge, human), count in reviews(world, faithful, judged).items():
-        verdicts = {"hhem": "supported" if judge else "unsupported", "human": human}
-        labels = {**world.target, "stratum": "random", **verdicts}
-        world.samples.add(JUDGE_AGREEMENT_TOTAL, labels, count)
+    faithful = np.where(world.during(JUDGE_BLIND), INCIDENT_FAITHFUL_SHARE, faithful)
+    below = world.rng.binomial(scored, 1 - judged)
+    agreement = reviews(world, faithful, judged)
+    changed = world.during(JUDGE_CHANGE)
+    for judge, running in zip(JUDGES, (~changed, changed), strict=True):
+        if not running.any():
+            continue
+        labels = {**world.labels, "judge": judge}
+        add = functools.partial(_add_while, world, running)
+        world.samples.add_gauge(JUDGE_INFO, {**world.target, "judge": judge}, _while(running))
+        add(EVALUATIONS_TOTAL, {**labels, "outcome": "scored"}, scored)
+        add(BELOW_THRESHOLD_TOTAL, labels, below)
+        for (passed, human), count in agreement.items():
+            verdicts = {"hhem": "supported" if passed else "unsupported", "human": human}
+            cell = {**world.target, "stratum": "random", **verdicts, "judge": judge}
+            add(JUDGE_AGREEMENT_TOTAL, cell, count)
+
+
+def _while(running: NDArray[np.bool_]) -> NDArray[np.float64]:
+    """1 while the judge runs, absent (NaN: not scraped) otherwise."""
+    return np.where(running, 1.0, np.nan)
+
+
+def _add_while(
+    world: SimulatedWorld,
+    running: NDArray[np.bool_],
+    name: str,
+    labels: dict[str, str],
+    per_step: NDArray[np.int64],
+) -> None:
+    """A counter of one judge's process: it counts while the judge runs, starting from 0,
+    and is absent (not scraped) while another runs."""
+    total = np.cumsum(np.where(running, per_step, 0)).astype(float)
+    world.samples.add_gauge(name, labels, total * _while(running))
 
 
 def scored_answers(config: FaithfulnessConfig, world: SimulatedWorld) -> NDArray[np.int64]:

@@ -35,7 +35,7 @@ from detectors.faithfulness.openai_chat import MAX_RETRY_WAIT_S
 from detectors.faithfulness.precision import CalibrationCancelled
 from detectors.faithfulness.triage import Outcome, premise_of
 from monitor.sampler import Sampled
-from monitor.trace import RagTrace
+from monitor.trace import RagTrace, Spans, TierVerdict
 from monitor.worker import Worker
 
 log = structlog.get_logger("rag_monitor.faithfulness")
@@ -58,13 +58,15 @@ class Evaluation:
     outcome: Outcome
     score: float | None = None
     truncated: bool = False
+    spans: Spans = ()  # the judge's unsupported parts of the answer, when it finds them
+    tiers: tuple[TierVerdict, ...] = ()  # a cascade's tiers
 
 
 def stall_after_s(config: FaithfulnessConfig) -> float:
     """How long one batch may take before the worker counts as stalled: an LLM judge may
     retry each of its two requests per answer, each attempt waiting up to its timeout and
     then up to the longest backoff it honours."""
-    if config.judge == "hhem":
+    if config.judge in ("hhem", "token_classifier"):
         return STALL_S
     llm = config.llm_judge
     return STALL_S + 2 * (llm.max_retries + 1) * (llm.timeout_s + MAX_RETRY_WAIT_S)
@@ -131,7 +133,14 @@ class ScoringWorker:
         ]
         results = judge.score(pairs)
         return [
-            Evaluation(sampled.trace, result.outcome, result.score, result.truncated)
+            Evaluation(
+                sampled.trace,
+                result.outcome,
+                result.score,
+                result.truncated,
+                result.spans,
+                result.tiers,
+            )
             for sampled, result in zip(batch, results, strict=True)
         ]
 
@@ -146,7 +155,11 @@ class ScoringWorker:
 
     def _load_judge(self) -> bool:
         """On the worker's thread, before its loop: False ends the worker (no judge)."""
-        model = self._config.model
+        model = (
+            self._config.token_classifier.model
+            if self._config.judge == "token_classifier"
+            else self._config.model
+        )
         try:
             self._judge = self._load()
         except ModelMissingError as exc:

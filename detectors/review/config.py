@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from monitor.config import HttpListener
@@ -24,6 +26,13 @@ class ReviewHttpSettings(HttpListener):
         64, gt=0, description="open connections at most; a page for a few reviewers"
     )
     handler_threads: int = Field(2, gt=0, description="requests handled at once")
+    judge_spans: Literal["outside_random", "always", "never"] = Field(
+        "outside_random",
+        description="mark the parts of the answer the judge found unsupported (judges that "
+        "find them: token_classifier): outside_random (on every item but those of the "
+        "random stratum, whose verdicts measure the judge's bias and so must not see the "
+        "judge's view), always, or never",
+    )
     max_body_bytes: int = Field(
         65_536, gt=0, description="largest accepted form body (a verdict with its note)"
     )

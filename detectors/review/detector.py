@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 import structlog
 from prometheus_client import CollectorRegistry
 
+from detectors.review.calibration import judge_of
 from detectors.review.config import ReviewConfig
 from detectors.review.metrics import ReviewMetrics
 from detectors.review.model import ReviewItem, Verdict
@@ -168,7 +169,8 @@ class ReviewDetector:
         stratum = RANDOM_STRATUM if RANDOM_STRATUM in item.strata else OTHER
         if item.hhem_score is not None and item.hhem_threshold is not None:
             hhem = "supported" if item.hhem_score >= item.hhem_threshold else "unsupported"
-            self.metrics.judge_agreement.labels(stratum, hhem, verdict.supported).inc()
+            judge = judge_of(item)
+            self.metrics.judge_agreement(judge, stratum, hhem, verdict.supported).inc()
         for name, outcome in item.evaluations:
             evaluation = bounded_label(name, self._compared)
             self.metrics.evaluation_agreement.labels(
@@ -196,7 +198,14 @@ class ReviewDetector:
             if isinstance(work, Enqueue):
                 store.add(work.item)
             elif isinstance(work, AttachScore):
-                store.attach_score(work.trace_id, work.score, work.threshold, work.judge)
+                store.attach_score(
+                    work.trace_id,
+                    work.score,
+                    work.threshold,
+                    work.judge,
+                    spans=work.spans,
+                    tiers=work.tiers,
+                )
             elif isinstance(work, AttachFeedback):
                 store.attach_feedback(work.trace_id, work.kind)
             elif isinstance(work, AttachEvaluation):

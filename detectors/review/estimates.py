@@ -8,7 +8,8 @@ or that carry an evaluation's result (for each evaluation compared with review),
 the verdicts ``rag_review_*_agreement_total{stratum="random"}`` counted. The judged side,
 every answer the judge scored in a window, lives in Prometheus alone: the report reads
 the recordings the alerts read (``--prometheus URL``, ``--window``), so that the report,
-the rules and the estimator give one number.
+the rules and the estimator give one number. Faithfulness has a row per judge identity
+(``faithfulness (<judge>)``): each judge is corrected by the reviews of its own verdicts.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from detectors.review.calibration import Reviewed, hhem_supported, human_supported
+from detectors.review.calibration import Reviewed, hhem_supported, human_supported, judge_of
 from monitor.report_tables import Table
 from monitor.rulekit.prediction_powered import (
     RANDOM_STRATUM,
@@ -71,16 +72,17 @@ class PassShare:
 
 
 def random_pairs(reviewed: Reviewed, since: float) -> dict[str, ReviewedPairs]:
-    """Per judge (``faithfulness``) and per compared evaluation, the (judge passed, person
-    passed) counts of the random stratum's items reviewed at or after ``since``."""
-    cells: dict[str, list[tuple[bool, bool]]] = {FAITHFULNESS: []}
+    """Per faithfulness judge (``faithfulness_row``) and per compared evaluation, the
+    (judge passed, person passed) counts of the random stratum's items reviewed at or
+    after ``since``."""
+    cells: dict[str, list[tuple[bool, bool]]] = {}
     for item, verdict in reviewed:
         human = human_supported(verdict)
         if RANDOM_STRATUM not in item.strata or verdict.reviewed_at < since or human is None:
             continue
         judge = hhem_supported(item)
         if judge is not None:
-            cells[FAITHFULNESS].append((judge, human))
+            cells.setdefault(faithfulness_row(judge_of(item)), []).append((judge, human))
         for name, outcome in item.evaluations:
             cells.setdefault(name, []).append((outcome == "pass", human))
     return {name: ReviewedPairs.of(pairs) for name, pairs in cells.items()}
@@ -104,8 +106,13 @@ def judged_counts(query: Query, window: str, job: str) -> dict[str, Judged]:
     return counts
 
 
+def faithfulness_row(judge: str) -> str:
+    """The row of one faithfulness judge (its identity)."""
+    return f"{FAITHFULNESS} ({judge})"
+
+
 def _key(labels: dict[str, str], key: str | None) -> str:
-    return FAITHFULNESS if key is None else labels.get(key, "")
+    return faithfulness_row(labels.get("judge", "")) if key is None else labels.get(key, "")
 
 
 def _ours(labels: dict[str, str], job: str) -> bool:
@@ -115,8 +122,10 @@ def _ours(labels: dict[str, str], job: str) -> bool:
 def pass_shares(
     pairs: dict[str, ReviewedPairs], judged: dict[str, Judged] | None
 ) -> list[PassShare]:
-    """Faithfulness first, then the evaluations by name."""
-    names = [FAITHFULNESS, *sorted(set(pairs) - {FAITHFULNESS})]
+    """Faithfulness first, a row per judge that has reviews or judged answers, then the
+    evaluations by name."""
+    judges = {name for name in {*pairs, *(judged or {})} if name.startswith(f"{FAITHFULNESS} (")}
+    names = [*sorted(judges), *sorted(set(pairs) - judges)]
     return [
         PassShare(
             name, pairs.get(name, ReviewedPairs()), None if judged is None else judged.get(name)

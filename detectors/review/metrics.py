@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from detectors.review.model import EVALUATION_OUTCOMES, SUPPORTED
@@ -49,15 +51,17 @@ class ReviewMetrics:
             ["stratum", "reason"],
             registry=registry,
         )
-        self.judge_agreement = Counter(
+        self._judge_agreement = Counter(
             JUDGE_AGREEMENT_TOTAL,
             "Reviewed items the faithfulness judge scored, by stratum (random: drawn at "
             "random; other), the judge's verdict at its threshold (label hhem: supported, "
-            "unsupported) and the reviewer's answer-supported value (yes, partly, no, "
-            "no_claim).",
-            ["stratum", "hhem", "human"],
+            "unsupported), the reviewer's answer-supported value (yes, partly, no, "
+            "no_claim) and the judge that scored the item (its identity, as on the "
+            "faithfulness detector's judge info gauge).",
+            ["stratum", "hhem", "human", "judge"],
             registry=registry,
         )
+        self._judges: set[str] = set()
         self.evaluation_agreement = Counter(
             EVALUATION_AGREEMENT_TOTAL,
             "Reviewed items with a result of an evaluation set compare_with_review, by "
@@ -70,11 +74,10 @@ class ReviewMetrics:
         if enabled:  # every cell from the start: a share over the window reads 0, not nothing
             for stratum in AGREEMENT_STRATA:
                 for human in SUPPORTED:
-                    for verdict in JUDGE_VERDICTS:
-                        self.judge_agreement.labels(stratum, verdict, human)
                     for name in compared:
                         for outcome in EVALUATION_OUTCOMES:
                             self.evaluation_agreement.labels(stratum, name, outcome, human)
+        self._lock = threading.Lock()
         self.queue_items = Gauge(
             QUEUE_ITEMS, "Items in the review queue (reviewed or not).", registry=registry
         )
@@ -90,3 +93,17 @@ class ReviewMetrics:
             ["direction", "outcome"],
             registry=registry,
         )
+
+    def judge_agreement(self, judge: str, stratum: str, verdict: str, human: str) -> Counter:
+        """The agreement cell of one reviewed item. A judge's first review creates all its
+        cells, so a share over the window reads 0, not nothing, from then on."""
+        with self._lock:
+            if judge not in self._judges:
+                self._judges.add(judge)
+                for cell_stratum in AGREEMENT_STRATA:
+                    for cell_human in SUPPORTED:
+                        for cell_verdict in JUDGE_VERDICTS:
+                            self._judge_agreement.labels(
+                                cell_stratum, cell_verdict, cell_human, judge
+                            )
+        return self._judge_agreement.labels(stratum, verdict, human, judge)

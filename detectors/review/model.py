@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
+from monitor.trace import Spans, TierVerdict
+
 Stratum = Literal["random", "low_faithfulness", "thumbs_down", "follow_up", "weekly_reading"]
 STRATA: tuple[Stratum, ...] = get_args(Stratum)
 Supported = Literal["yes", "partly", "no", "no_claim"]
@@ -49,6 +51,8 @@ class ReviewItem:
     hhem_score: float | None = None  # the judge's score (HHEM's, or another judge's)
     hhem_threshold: float | None = None
     judge: str | None = None  # the judge that gave the score; None: stored before names (HHEM)
+    spans: Spans = ()  # the answer's parts the judge found unsupported (a token-level judge)
+    tiers: tuple[TierVerdict, ...] = ()  # a judge cascade's tiers on this answer
     feedback: tuple[str, ...] = ()  # feedback kinds seen for this trace, e.g. "regenerate"
     # (evaluation name, outcome) of the results of evaluations set compare_with_review,
     # judged by their pass rules on the replica that saw them; one per name.

@@ -25,6 +25,8 @@ from detectors.review.model import (
     Supported,
     Verdict,
 )
+from monitor.rulekit.prediction_powered import RANDOM_STRATUM
+from monitor.trace import Spans
 
 MAX_MISSING_IDS = 20
 MAX_DOC_ID_CHARS = 200
@@ -57,6 +59,7 @@ h1{font-size:1.2rem}h2{font-size:1rem;margin:1rem 0 .3rem}
 .keys{color:#666;font-size:.85rem}.errors{color:#a00}
 kbd{border:1px solid #aaa;border-radius:3px;padding:0 .25rem;font-size:.8rem}
 fieldset{border:1px solid #ddd;margin:.6rem 0}
+mark.unsupported{background:#fde2b8;text-decoration:underline wavy #b45309}
 """
 
 # Single keys: y/p/n/c supported, 1-9 toggle a context, w/i/o/h/l reason, 0 clears it,
@@ -180,8 +183,10 @@ def item_page(
     skip: tuple[str, ...],
     nonce: str,
     error: str | None = None,
+    marks: bool = False,
 ) -> str:
-    """The review form for one item (blind: no strata, score or feedback)."""
+    """The review form for one item (blind: no strata, score or feedback); with ``marks``
+    the parts of the answer the judge found unsupported are marked."""
     action = "/review/" + urllib.parse.quote(item.trace_id, safe="")
     next_skip = review_url((*skip, item.trace_id)[-MAX_SKIPPED:])
     contexts = "".join(_context(i, context) for i, context in enumerate(item.contexts, 1))
@@ -194,7 +199,7 @@ def item_page(
     errors = f'<p class="errors" role="alert">{escape(error)}</p>' if error else ""
     body = f"""<h1>Review</h1>{errors}
 <h2>Query</h2><div class="text" id="query">{escape(item.query)}</div>
-<h2>Answer</h2><div class="text" id="answer">{escape(item.answer)}</div>
+<h2>Answer</h2>{_answer(item, marks)}
 <form id="verdict" method="post" action="{escape(action)}">
 <input type="hidden" name="csrf" value="{escape(csrf)}">
 <input type="hidden" name="skip" value="{escape(",".join(skip))}">
@@ -243,6 +248,44 @@ def progress_html(progress: Progress) -> str:
         '<div class="progress" id="progress"><strong>Progress</strong> '
         "(reviewed / queued, per stratum)<ul>" + cells + "</ul></div>"
     )
+
+
+def shows_spans(item: ReviewItem, judge_spans: str) -> bool:
+    """Whether the page marks ``item``'s spans (``http.judge_spans``). Random-stratum
+    verdicts estimate the judge's bias: a reviewer who saw the judge's view would lean
+    toward it and hide the bias, so by default they stay blind."""
+    if judge_spans == "never" or not item.spans:
+        return False
+    return judge_spans == "always" or RANDOM_STRATUM not in item.strata
+
+
+def _answer(item: ReviewItem, marks: bool) -> str:
+    if not marks:
+        return f'<div class="text" id="answer">{escape(item.answer)}</div>'
+    note = (
+        '<p class="keys" id="marks-note">Marked: what the judge found unsupported by the '
+        "contexts. Judge for yourself; the marks may be wrong either way.</p>"
+    )
+    return f'<div class="text" id="answer">{marked(item.answer, item.spans)}</div>{note}'
+
+
+def marked(answer: str, spans: Spans) -> str:
+    """``answer`` escaped, with each span in ``<mark>``: the marks are the only markup, the
+    text inside them escaped like the rest. Spans count in the answer as the judge read
+    it, stripped of surrounding whitespace; out-of-range or overlapping parts are
+    clipped (a span is a hint, never a reason to fail the page)."""
+    lead = len(answer) - len(answer.lstrip())
+    judged_end = lead + len(answer.strip())
+    parts, at = [], 0
+    for span_start, span_end in sorted(spans):
+        start, end = max(lead + span_start, at), min(lead + span_end, judged_end)
+        if start >= end:
+            continue
+        parts.append(escape(answer[at:start]))
+        parts.append(f'<mark class="unsupported">{escape(answer[start:end])}</mark>')
+        at = end
+    parts.append(escape(answer[at:]))
+    return "".join(parts)
 
 
 def _context(index: int, context: ReviewContext) -> str:

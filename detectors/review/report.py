@@ -31,6 +31,13 @@ from detectors.review.calibration import (
     judge_calibrations,
     signal_associations,
 )
+from detectors.review.cascade import (
+    FirstScoreBin,
+    TierAgreement,
+    cascade_tables,
+    first_score_bins,
+    tier_agreements,
+)
 from detectors.review.estimates import PassShare, interval_text, share_table
 from detectors.review.model import REASONS, SUPPORTED, Progress, ReviewItem, Verdict
 from monitor.events import InvalidRecord, parse_labels
@@ -118,6 +125,10 @@ class ReviewReport:
     # The judge's, the reviewers' and the corrected pass shares (detectors/review/estimates.py)
     shares: list[PassShare] = field(default_factory=list)
     windows: tuple[str, str] | None = None  # (judged window, review window); None: not read
+    # A judge cascade's tiers against reviewers, inside and outside its band, and the first
+    # judge's agreement by its score (detectors/review/cascade.py); empty without one.
+    tiers: list[TierAgreement] = field(default_factory=list)
+    first_bins: list[FirstScoreBin] = field(default_factory=list)
 
     @property
     def judge(self) -> JudgeCalibration:
@@ -154,6 +165,8 @@ def build_report(
         golden=golden,
         shares=list(shares),
         windows=windows,
+        tiers=tier_agreements(reviewed),
+        first_bins=first_score_bins(reviewed),
     )
 
 
@@ -296,6 +309,7 @@ def _tables(report: ReviewReport) -> list[Table]:
         ("Queue", ["stratum", "queued", "reviewed"], _progress_rows(report.progress), []),
         ("Reviewers' verdicts", ["verdict", "items"], verdicts, [golden]),
         *(_judge_table(judge) for judge in report.judges),
+        *cascade_tables(report.tiers, report.first_bins),
         share_table(report.shares, report.windows),
         (
             "Evaluation agreement with reviewers",

@@ -45,7 +45,15 @@ from detectors.review.model import (
 )
 from monitor.sampler import TokenBucket, trace_fraction
 from monitor.shared import PassRules
-from monitor.trace import EvaluationResult, Event, Feedback, JudgeScore, RagTrace
+from monitor.trace import (
+    EvaluationResult,
+    Event,
+    Feedback,
+    JudgeScore,
+    RagTrace,
+    Spans,
+    TierVerdict,
+)
 
 HOUR_S = 3600.0
 WEEK_S = 7 * 24 * HOUR_S
@@ -71,6 +79,8 @@ class AttachScore:
     score: float
     threshold: float
     judge: str = "hhem"
+    spans: Spans = ()
+    tiers: tuple[TierVerdict, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,10 +268,24 @@ class ReviewSampler:
         held = self._buffer.get(event.trace_id)
         if held is not None:
             self._buffer[event.trace_id] = replace(
-                held, hhem_score=event.score, hhem_threshold=event.threshold, judge=event.judge
+                held,
+                hhem_score=event.score,
+                hhem_threshold=event.threshold,
+                judge=event.judge,
+                spans=event.spans,
+                tiers=event.tiers,
             )
         if event.trace_id in self._queued:
-            self._sink(AttachScore(event.trace_id, event.score, event.threshold, event.judge))
+            self._sink(
+                AttachScore(
+                    event.trace_id,
+                    event.score,
+                    event.threshold,
+                    event.judge,
+                    event.spans,
+                    event.tiers,
+                )
+            )
         if event.score < event.threshold:
             self._take(event.trace_id, "low_faithfulness")
 

@@ -34,6 +34,13 @@ from detectors.review.model import (
     Verdict,
     with_evaluation,
 )
+from monitor.trace import (
+    Spans,
+    TierVerdict,
+    spans_from_record,
+    tiers_from_record,
+    verdict_parts_record,
+)
 
 FILE_NAME = "review.sqlite3"
 ITEM_SCHEMA = "rag-review/1"
@@ -76,6 +83,7 @@ def item_record(item: ReviewItem) -> dict[str, Any]:
         "hhem_score": item.hhem_score,
         "hhem_threshold": item.hhem_threshold,
         "judge": item.judge,
+        **verdict_parts_record(item.spans, item.tiers),
         "feedback": list(item.feedback),
         "evaluations": dict(item.evaluations),
         "queued_at": item.queued_at,
@@ -102,6 +110,8 @@ def item_from_record(record: Mapping[str, Any]) -> ReviewItem:
         hhem_score=_optional_float(record.get("hhem_score")),
         hhem_threshold=_optional_float(record.get("hhem_threshold")),
         judge=None if record.get("judge") is None else str(record["judge"]),
+        spans=spans_from_record(record.get("spans", [])),
+        tiers=tiers_from_record(record.get("tiers", [])),
         feedback=tuple(str(kind) for kind in record.get("feedback", ())),
         evaluations=_evaluations(record.get("evaluations", {})),
         queued_at=float(record.get("queued_at", 0.0)),
@@ -165,6 +175,8 @@ def merge_items(held: ReviewItem, new: ReviewItem) -> ReviewItem:
             held.hhem_threshold if held.hhem_threshold is not None else new.hhem_threshold
         ),
         judge=held.judge if held.hhem_score is not None else new.judge,
+        spans=held.spans if held.hhem_score is not None else new.spans,
+        tiers=held.tiers if held.hhem_score is not None else new.tiers,
         feedback=held.feedback + tuple(k for k in new.feedback if k not in held.feedback),
         # A later outcome replaces an earlier one, also when it arrives as a whole record
         # (a replica attached a later result and published the item again).
@@ -199,12 +211,27 @@ class ReviewStore:
             return True
 
     def attach_score(
-        self, trace_id: str, score: float, threshold: float, judge: str = "hhem"
+        self,
+        trace_id: str,
+        score: float,
+        threshold: float,
+        judge: str = "hhem",
+        *,
+        spans: Spans = (),
+        tiers: tuple[TierVerdict, ...] = (),
     ) -> None:
-        """The judge's score of a queued item (a later one replaces it)."""
+        """The judge's score of a queued item, with its spans and tiers (a later score
+        replaces all of them)."""
         self._update(
             trace_id,
-            lambda i: replace(i, hhem_score=score, hhem_threshold=threshold, judge=judge),
+            lambda i: replace(
+                i,
+                hhem_score=score,
+                hhem_threshold=threshold,
+                judge=judge,
+                spans=spans,
+                tiers=tiers,
+            ),
         )
 
     def attach_feedback(self, trace_id: str, kind: str) -> None:

@@ -37,6 +37,7 @@ from detectors.review.page import (
     parse_skip,
     parse_verdict_form,
     review_url,
+    shows_spans,
 )
 from monitor.http.inflight import ByteBudget
 from monitor.http.limits import HttpLimits
@@ -104,6 +105,7 @@ class ReviewPage(HttpService):
         self._on_verdict = on_verdict
         self._secret = secrets.token_bytes(32)
         self._max_body = settings.max_body_bytes
+        self._judge_spans = settings.judge_spans
         counter = verdicts_counter(registry)
         self._verdicts = {value: counter.labels(value) for value in SUPPORTED}
         super().__init__(
@@ -175,7 +177,14 @@ class ReviewPage(HttpService):
         if item is None:
             html = empty_page(progress, skip=skip, nonce=nonce)
         else:
-            html = item_page(item, progress, csrf=self._csrf(session), skip=skip, nonce=nonce)
+            html = item_page(
+                item,
+                progress,
+                csrf=self._csrf(session),
+                skip=skip,
+                nonce=nonce,
+                marks=shows_spans(item, self._judge_spans),
+            )
         return Response(200, html.encode(), HTML, {**security_headers(nonce), **headers})
 
     def _record(self, request: Request, access: Access) -> Response:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from monitor.guardrails import GuardrailsConfig, ReviewCorrection
-from monitor.rulekit.evidence import hold_for
+from monitor.rulekit.evidence import hold_for, kept_to
 from monitor.rulekit.fragments import Panel
 from monitor.rulekit.prediction_powered import PSEUDO_COUNT, RANDOM_STRATUM
 from monitor.rulekit.promql import (
@@ -62,6 +62,7 @@ class CorrectedShare:
     judged_count: Callable[[str], str]
     by: str = "job"
     matcher: str = ""  # further matchers of the agreement counter
+    only: str = ""  # the series the reviews are kept to (``evidence.kept_to``)
 
     # --- names
     def reviewed(self, window: str) -> str:
@@ -101,7 +102,7 @@ class CorrectedShare:
         bias = self.bias(window)
         spread = f"{z:g} * sqrt(clamp_min({judge} + {human} - 2 * {both} - {bias} ^ 2, 0) / {n})"
         return [
-            {"record": n, "expr": self._count(HUMAN_JUDGED, window)},
+            {"record": n, "expr": kept_to(self._count(HUMAN_JUDGED, window), self.by, self.only)},
             *(
                 {"record": name, "expr": ratio(self._count(matchers, window), n)}
                 for name, matchers in shares.items()

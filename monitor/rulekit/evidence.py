@@ -119,17 +119,32 @@ class BoundedShare:
     side: Side
     complement: bool = False
     by: str = "job"  # the labels each share is kept apart by
+    # A series the count and the share are kept to (``and on (by)``): e.g. the judges that
+    # run now, so that a replaced one's series stop at once instead of over the window.
+    only: str = ""
 
     def recording(self, window: str, z: float) -> list[dict[str, Any]]:
         """The three recording rules of ``window``, the bound at ``z``."""
         point = ratio(sum_rate(self.hits, window, self.by), sum_rate(self.events, window, self.by))
         share = self.share(window)
         count = self.count(window)
+        if self.complement:
+            point = f"1 - (\n{point}\n)"
         return [
-            {"record": count, "expr": sum_increase(self.events, window, self.by)},
-            {"record": share, "expr": f"1 - (\n{point}\n)" if self.complement else point},
+            {
+                "record": count,
+                "expr": kept_to(sum_increase(self.events, window, self.by), self.by, self.only),
+            },
+            {"record": share, "expr": kept_to(point, self.by, self.only)},
             {"record": self.bound(window), "expr": wilson_bound(share, count, z, self.side)},
         ]
+
+
+def kept_to(expr: str, by: str, only: str) -> str:
+    """``expr`` kept to the series of ``only`` (matched on ``by``), when it names one."""
+    if not only:
+        return expr
+    return f"(\n{expr}\n)\nand on ({by})\n{only}"
 
 
 def derivation_header(guardrails: GuardrailsConfig) -> list[str]:

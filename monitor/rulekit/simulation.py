@@ -43,6 +43,9 @@ DEFAULT_START_S = 1_767_571_200
 REVIEWS_PER_WEEK = 50.0  # random-stratum reviews of judged answers people complete a week
 JUDGE_BIAS = 0.0  # how much higher the judge's pass share reads than the reviewers'
 JUDGE_FALSE_PASS = 0.6  # the share of the answers people fail that an honest judge passes
+# Incident kinds that change the monitor, not the service (a new judge): ``all``, every
+# degradation at once, leaves them out.
+CHANGES = frozenset({"judge_change"})
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,8 @@ class Incident:
         parts = spec.split(":")
         if len(parts) != 3:
             raise ValueError(f"incident {spec!r}: write kind:start:duration, like latency:8d14h:2h")
-        words = tuple(known) if parts[0] == "all" else tuple(parts[0].split(","))
+        everything = tuple(kind for kind in known if kind not in CHANGES)
+        words = everything if parts[0] == "all" else tuple(parts[0].split(","))
         unknown = [word for word in words if word not in known]
         if unknown:
             choices = ", ".join((*known, "all"))

@@ -4,7 +4,10 @@ OpenTelemetry Collector, Phoenix, another rag-monitor's ``/v1/logs``), each pare
 request's root span, so that any backend that reads the GenAI conventions sees the verdict
 beside the trace:
 
-- faithfulness (a ``JudgeScore`` event): the score, labelled faithful or unfaithful;
+- faithfulness (a ``JudgeScore`` event): the score, labelled faithful or unfaithful, with
+  the judge's identity as ``gen_ai.evaluation.evaluator.id`` (the name the open proposal
+  for evaluator provenance, semantic-conventions-genai pull request 359, gives it), so
+  that scores of two judges are never compared as one;
 - faithfulness settled without a score (an ``UnscoredAnswer`` event): no score, and the
   outcome (no_answer, no_claims, refusal, no_context, error) as ``error.type``, the
   convention's low-cardinality class of what ended the evaluation without a result;
@@ -35,6 +38,7 @@ from monitor.trace import ExclusionOutcome, JudgeScore, UnscoredAnswer
 from monitor.verdict_exports.config import EmitConfig
 
 EVENT = "gen_ai.evaluation.result"
+EVALUATOR_ID = "gen_ai.evaluation.evaluator.id"
 FALSE_EXCLUSION = "retrieval_false_exclusion"
 Verdict = JudgeScore | UnscoredAnswer | ExclusionOutcome
 
@@ -51,10 +55,15 @@ def record_attributes(verdict: Verdict, faithfulness_name: str) -> dict[str, Att
             "gen_ai.evaluation.score.label": label,
         }
     if isinstance(verdict, UnscoredAnswer):
-        return {"gen_ai.evaluation.name": faithfulness_name, "error.type": verdict.outcome}
+        return {
+            "gen_ai.evaluation.name": faithfulness_name,
+            EVALUATOR_ID: verdict.judge,
+            "error.type": verdict.outcome,
+        }
     label = "faithful" if verdict.score >= verdict.threshold else "unfaithful"
     return {
         "gen_ai.evaluation.name": faithfulness_name,
+        EVALUATOR_ID: verdict.judge,
         "gen_ai.evaluation.score.value": verdict.score,
         "gen_ai.evaluation.score.label": label,
     }

@@ -22,7 +22,7 @@ from structlog.testing import capture_logs
 from detectors.faithfulness import FaithfulnessDetector
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.judge import JudgePair
-from detectors.faithfulness.judges import open_judge
+from detectors.faithfulness.judges import judge_identity, open_judge
 from detectors.faithfulness.llm_judge import LlmJudge
 from detectors.review.model import Verdict
 from detectors.review.report import build_report, summary
@@ -35,7 +35,6 @@ from tests.otel_traffic import RagRequest, emit_rag_request, tracer_for
 
 pytestmark = pytest.mark.integration
 
-JUDGE = "openai_compatible:fake-judge"
 KEY_ENV = "RAG_MONITOR_TEST_JUDGE_KEY"
 KEY = "sk-test-judge"
 PRICES = {"input_usd_per_1m_tokens": 0.15, "output_usd_per_1m_tokens": 0.6}
@@ -99,6 +98,12 @@ def script() -> Script:
     return Script(claims, verdicts, faults)
 
 
+def identity(**llm_judge: Any) -> str:
+    """The judge's identity with these llm_judge settings (the endpoint is not part of it)."""
+    config = settings("http://127.0.0.1:9/v1", **llm_judge)
+    return judge_identity(FaithfulnessConfig.model_validate(config))
+
+
 def settings(endpoint: str, **llm_judge: Any) -> dict[str, Any]:
     return {
         "judge": "openai_compatible",
@@ -114,6 +119,9 @@ def settings(endpoint: str, **llm_judge: Any) -> dict[str, Any]:
         }
         | llm_judge,
     }
+
+
+JUDGE = identity()
 
 
 @pytest.fixture
@@ -348,7 +356,7 @@ def test_claims_past_max_claims_are_cut_and_counted(server: FakeOpenAI, judge_ke
     finally:
         judge.close()
     assert result.score == 1.0
-    assert sample(registry, "rag_judge_claims_cut_total", judge=JUDGE) == 2
+    assert sample(registry, "rag_judge_claims_cut_total", judge=identity(max_claims=2)) == 2
 
 
 def test_a_missing_key_reports_down_and_names_the_variable(

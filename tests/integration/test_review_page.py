@@ -10,6 +10,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from http.client import HTTPResponse
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from detectors.filter_exclusion.scoring import load_golden_set
+from detectors.review.calibration import DEFAULT_JUDGE
 from detectors.review.config import ReviewConfig, ReviewHttpSettings
 from detectors.review.detector import ReviewDetector
-from detectors.review.estimates import FAITHFULNESS, pass_shares, random_pairs
+from detectors.review.estimates import faithfulness_row, pass_shares, random_pairs
 from detectors.review.model import ReviewContext, ReviewItem, Verdict
 from detectors.review.report import export_golden
 from detectors.review.store import ReviewStore
@@ -35,6 +37,9 @@ HOSTILE_QUERY = "<script>window.__pwned = 1</script>what is the refund window?"
 HOSTILE_ANSWER = '"><img src=x onerror="window.__pwned = 2">Thirty days.'
 HOSTILE_DOC = '"><b id="injected">doc</b>'
 HOSTILE_NOTE = '<script>alert("note")</script>"><img src=x onerror=alert(1)>'
+# A token-level judge's spans on the hostile answer: the markup-looking part, and "Thirty".
+THIRTY = HOSTILE_ANSWER.index("Thirty")
+HOSTILE_SPANS = ((0, THIRTY), (THIRTY, THIRTY + len("Thirty")))
 
 
 def _items() -> list[ReviewItem]:
@@ -65,6 +70,8 @@ def _items() -> list[ReviewItem]:
         )
         for i, (query, answer, topic) in enumerate(plain)
     ]
+    # a random-stratum item with spans: its reviewer stays blind to them (judge_spans)
+    items[0] = replace(items[0], spans=((0, 3),))
     hostile = ReviewItem(
         trace_id="trace-hostile",
         time=1_700_000_000.5,
@@ -78,6 +85,7 @@ def _items() -> list[ReviewItem]:
         hhem_score=0.1234,
         hhem_threshold=0.5,
         evaluations=(("groundedness", "fail"),),
+        spans=HOSTILE_SPANS,
         queued_at=1_700_000_100.5,  # second in the queue
     )
     return [items[0], hostile, *items[1:]]
@@ -209,6 +217,11 @@ def test_page_is_blind_escaped_and_locked_down(page: Page, store: ReviewStore) -
     assert '<b id="injected">' not in text
     assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in text
     assert "&quot;&gt;&lt;img src=x onerror=&quot;window.__pwned = 2&quot;&gt;" in text
+    # the judge's spans are marks around escaped text: the marks are the only markup
+    assert (
+        '<mark class="unsupported">&quot;&gt;&lt;img src=x onerror=&quot;window.__pwned = 2'
+        '&quot;&gt;</mark><mark class="unsupported">Thirty</mark> days.' in text
+    )
     assert text.count("<script") == 1  # only the page's own, with the nonce
 
 
@@ -258,7 +271,8 @@ def test_review_five_items_with_the_keyboard(
     single keys, no hostile text runs; the verdicts reach the store, the golden set, the
     agreement counters by stratum and the corrected pass share."""
     webdriver = pytest.importorskip("selenium.webdriver", reason="pip install -e '.[dev]'")
-    judged = {FAITHFULNESS: (1000.0, 400.0)}  # the judge passed 40% of what it scored
+    # the judge (items without a judge name: HHEM) passed 40% of what it scored
+    judged = {faithfulness_row(DEFAULT_JUDGE): (1000.0, 400.0)}
     [before] = pass_shares(random_pairs(store.reviewed(), since=0.0), judged)
     assert before.corrected is None  # no review yet: nothing to correct with
     chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
@@ -350,6 +364,7 @@ def _review_with_keys(browser: Any, page: Page, by: Any, wait: Any) -> None:
         return str(browser.find_element(by.ID, "query").text)
 
     assert query() == "How long is the warranty on the X200?"
+    assert browser.find_elements(by.CSS_SELECTOR, "mark") == []  # random stratum: blind
     keys("y", "1")
     assert browser.find_element(by.ID, "ctx1").is_selected()
     IMAGES.mkdir(parents=True, exist_ok=True)
@@ -358,6 +373,10 @@ def _review_with_keys(browser: Any, page: Page, by: Any, wait: Any) -> None:
     assert query() == HOSTILE_QUERY  # shown as text, not run
     assert browser.find_elements(by.ID, "injected") == []
     assert browser.find_elements(by.CSS_SELECTOR, "img") == []
+    marks = browser.find_elements(by.CSS_SELECTOR, "#answer mark.unsupported")
+    assert [mark.text for mark in marks] == [HOSTILE_ANSWER[:THIRTY], "Thirty"]
+    assert browser.find_element(by.ID, "answer").text == HOSTILE_ANSWER  # whole, as text
+    browser.save_screenshot(str(IMAGES / "review-marks.png"))
     keys("n", "w", "1", "2", "m")
     keys("refund-policy-2024, terms", Keys.ESCAPE, "e", HOSTILE_NOTE, Keys.ESCAPE, Keys.ENTER)
     assert query() == "Can I return opened software?"

@@ -362,7 +362,8 @@ def test_committed_dashboard_is_current_and_covers_every_guardrail() -> None:
         assert metric in queries, metric
     assert [v["name"] for v in dashboard["templating"]["list"]] == ["datasource", "job", "variant"]
     annotations = {a["name"]: a for a in dashboard["annotations"]["list"]}
-    assert set(annotations) == {"Releases", "Embedding model changes"}
+    assert set(annotations) == {"Releases", "Embedding model changes", "Judge changes"}
+    assert "rag_faithfulness_judge_info" in annotations["Judge changes"]["expr"]
     releases = annotations["Releases"]  # on every panel: no panel filter
     assert "filter" not in releases
     assert "rag_release_first_seen_timestamp_seconds" in releases["expr"]

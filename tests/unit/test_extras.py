@@ -42,6 +42,13 @@ CASES = [
         id="faithfulness-hhem-without-onnxruntime",
     ),
     pytest.param(
+        {"detectors": {"faithfulness": {"judge": "token_classifier"}}},
+        "transformers",
+        "detectors.faithfulness (judge: token_classifier) needs the token-judge extra: "
+        f"pip install 'rag-monitor[token-judge]'{HHEM_INSTEAD} (not importable: transformers)",
+        id="faithfulness-token-classifier-without-transformers",
+    ),
+    pytest.param(
         {"detectors": {"drift": {"backend": "alibi"}, **NO_FAITHFULNESS}},
         "alibi_detect",
         "detectors.drift (backend: alibi) needs the alibi extra: "
@@ -265,6 +272,7 @@ def test_core_dependencies_leave_the_heavy_ones_to_extras() -> None:
     }
     heavy = {
         "hhem": {"torch", "transformers", "onnx", "onnxruntime"},
+        "token-judge": {"torch", "transformers"},
         "alibi": {"alibi-detect"},
         "phoenix": {"arize-phoenix", "pyarrow"},
         "report": {"matplotlib"},
@@ -273,5 +281,5 @@ def test_core_dependencies_leave_the_heavy_ones_to_extras() -> None:
     for extra, distributions in heavy.items():
         assert distributions <= extras[extra], extra
     assert project["optional-dependencies"]["all"] == [
-        "rag-monitor[hhem,llm-judge,alibi,phoenix,report]"
+        "rag-monitor[hhem,token-judge,llm-judge,alibi,phoenix,report]"
     ]

@@ -190,7 +190,8 @@ def test_incident_spec_errors_say_what_to_write(spec: str, error: str) -> None:
 def test_unknown_incident_lists_the_kinds_the_detectors_react_to() -> None:
     """The kinds come from the registered detectors' components, then the core's coverage."""
     kinds = (
-        "latency, regeneration, faithfulness, judge_blind, evaluation, false_exclusion, "
+        "latency, regeneration, faithfulness, judge_blind, judge_change, evaluation, "
+        "false_exclusion, "
         "coverage, all"
     )
     with pytest.raises(ValueError, match=f"one of {kinds}"):
@@ -198,7 +199,8 @@ def test_unknown_incident_lists_the_kinds_the_detectors_react_to() -> None:
 
 
 def test_incident_all_is_every_kind() -> None:
-    """``all`` degrades every rate at once."""
+    """``all`` degrades every rate at once; a judge change is no degradation and is named
+    alone."""
     assert set(parse_incident("all:8d14h:6h").kinds) == {
         "faithfulness",
         "judge_blind",
@@ -208,6 +210,7 @@ def test_incident_all_is_every_kind() -> None:
         "coverage",
         "evaluation",
     }
+    assert parse_incident("judge_change:1d:2d").kinds == ("judge_change",)
 
 
 def test_evaluation_incident_drops_the_pass_share_of_a_sampled_evaluation() -> None:

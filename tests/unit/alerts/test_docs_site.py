@@ -111,7 +111,14 @@ def _every_mode() -> list[dict[str, Any]]:
     components = [c for c in load_components() if c.config_model.model_fields]
     detectors = {c.name: _enabled(c.config_model) for c in components}
     detectors["slices"]["intents"] = ["billing"]
-    detectors["faithfulness"]["llm_judge"] = {"endpoint": "http://127.0.0.1:9/v1", "model": "m"}
+    detectors["faithfulness"]["llm_judge"] = {
+        "endpoint": "http://127.0.0.1:9/v1",
+        "model": "m",
+        # judge: cascade needs a price and a budget
+        "input_usd_per_1m_tokens": 1.0,
+        "output_usd_per_1m_tokens": 1.0,
+    }
+    detectors["faithfulness"]["cascade"] = {"usd_per_hour": 1.0}
     base = {"collectors": {"kafka": {"bootstrap_servers": "kafka:9092"}}, "detectors": detectors}
     modes = [base]
     for component in components:

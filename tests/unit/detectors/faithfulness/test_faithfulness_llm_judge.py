@@ -17,8 +17,9 @@ from genai_prices import calc_price
 
 from detectors.faithfulness.component import missing_models, model_needs
 from detectors.faithfulness.config import FaithfulnessConfig
-from detectors.faithfulness.judge import batch_size_for, judge_name
+from detectors.faithfulness.judge import batch_size_for
 from detectors.faithfulness.judge_metrics import Prices
+from detectors.faithfulness.judges import judge_identity
 from detectors.faithfulness.llm_judge import parse_claims, parse_verdicts
 from detectors.faithfulness.openai_chat import (
     Usage,
@@ -72,7 +73,7 @@ def llm_config(**llm_judge: Any) -> FaithfulnessConfig:
             "detectors.faithfulness.llm_judge.output_usd_per_1m_tokens: Value error, set "
             "input_usd_per_1m_tokens and output_usd_per_1m_tokens together",
         ),
-        ({"judge": "gpt"}, "detectors.faithfulness.judge: Input should be 'hhem' or"),
+        ({"judge": "gpt"}, "detectors.faithfulness.judge: Input should be 'hhem', "),
         ({"llm_judge": {"timeout_s": 0}}, "detectors.faithfulness.llm_judge.timeout_s: "),
         ({"llm_judge": {"api_key": "sk-1"}}, "detectors.faithfulness.llm_judge.api_key: unknown"),
     ],
@@ -111,15 +112,14 @@ def test_the_default_judge_is_hhem_and_every_key_is_explained() -> None:
 
 def test_the_llm_judge_needs_no_model_files_and_sizes_its_batches() -> None:
     """openai_compatible: nothing to fetch or find missing; batches of its concurrency; the
-    name carries the model; the stall bound covers two requests with their retries."""
+    identity carries the model; the stall bound covers two requests with their retries."""
     config = llm_config(concurrency=6, timeout_s=10, max_retries=2)
     assert config.llm_judge.endpoint == "http://vllm:8000/v1"  # the trailing / dropped
     assert model_needs(config) == []
     assert missing_models(config) == []
     assert batch_size_for(config) == 6
-    assert judge_name(config) == "openai_compatible:judge-model"
+    assert judge_identity(config).startswith("llm/judge-model/p")
     assert stall_after_s(config) == STALL_S + 2 * 3 * (10 + 30)
-    assert judge_name(FaithfulnessConfig()) == "hhem"
     assert stall_after_s(FaithfulnessConfig()) == STALL_S
 
 

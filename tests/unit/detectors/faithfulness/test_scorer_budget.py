@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from detectors.faithfulness.judge import JudgePair, JudgeResult
+from detectors.faithfulness.judges import judge_identity
 from detectors.faithfulness.remote import pair_record, stratum_of, verdict_from_record
 from detectors.faithfulness.scorer import Pair, Scorer
 from detectors.faithfulness.scorer_budget import FloorBudget, SeenTraces
@@ -241,10 +242,11 @@ def test_a_pair_the_judge_gives_no_score_is_published_with_its_outcome() -> None
     sent = Sent()
     scorer.handle(VerdictJudge(), values, sent)  # type: ignore[arg-type]
     verdicts = {r["trace_id"]: verdict_from_record(orjson.dumps(r)) for r in sent.records}
+    judge = judge_identity(config.detectors.faithfulness)
     assert verdicts == {
-        "scored": JudgeScore("scored", 0.75, config.detectors.faithfulness.threshold),
-        "no_claims": UnscoredAnswer("no_claims", "no_claims"),
-        "error": UnscoredAnswer("error", "error"),
+        "scored": JudgeScore("scored", 0.75, config.detectors.faithfulness.threshold, judge),
+        "no_claims": UnscoredAnswer("no_claims", "no_claims", judge),
+        "error": UnscoredAnswer("error", "error", judge),
     }
     assert sample(registry, "rag_judge_scores_published_total", outcome="ok") == 3
     refused = {"trace_id": "t", "outcome": "no_context", "judge": "hhem"}

@@ -14,9 +14,15 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from alerts.rules import RULE_FILE, render_rules
+from detectors.review.calibration import DEFAULT_JUDGE
 from detectors.review.config import ReviewConfig
 from detectors.review.detector import ReviewDetector
-from detectors.review.estimates import FAITHFULNESS, judged_counts, pass_shares, random_pairs
+from detectors.review.estimates import (
+    faithfulness_row,
+    judged_counts,
+    pass_shares,
+    random_pairs,
+)
 from detectors.review.model import ReviewItem, Stratum, Verdict
 from detectors.review.report import build_report, render_markdown
 from monitor.config import Config
@@ -76,7 +82,7 @@ def _promtool_corrected(replicas: list[dict[str, float]], tmp_path: Path) -> flo
         for replica, counters in enumerate(replicas)
         for name, value in counters.items()
     ]
-    labels = f'job="{JOB}", instance="0:9464"'
+    labels = f'job="{JOB}", instance="0:9464", judge="{DEFAULT_JUDGE}"'
     # nothing judged until 5h before the evaluation, at the end of the review window (no
     # sample at a window's edge is extrapolated past: the increases are the counts)
     quiet = f"0x{REVIEW_HOURS - 6}"
@@ -85,6 +91,7 @@ def _promtool_corrected(replicas: list[dict[str, float]], tmp_path: Path) -> flo
     )
     below = f'rag_faithfulness_below_threshold_total{{{labels}, variant="production"}}'
     series += [
+        {"series": f"rag_faithfulness_judge_info{{{labels}}}", "values": f"1x{REVIEW_HOURS}"},
         {"series": scored, "values": f"{quiet} 0+{JUDGED / 5:g}x5"},
         {"series": below, "values": f"{quiet} 0+{(JUDGED - PASSED) / 5:g}x5"},
     ]
@@ -102,7 +109,12 @@ def _promtool_corrected(replicas: list[dict[str, float]], tmp_path: Path) -> flo
                     {
                         "expr": record,
                         "eval_time": f"{REVIEW_HOURS}h",
-                        "exp_samples": [{"labels": f'{record}{{job="{JOB}"}}', "value": -1}],
+                        "exp_samples": [
+                            {
+                                "labels": f'{record}{{job="{JOB}", judge="{DEFAULT_JUDGE}"}}',
+                                "value": -1,
+                            }
+                        ],
                     }
                 ],
             }
@@ -129,13 +141,21 @@ def _report_corrected(reviewed: list[tuple[ReviewItem, Verdict]]) -> str:
         "rag:faithfulness_pass:ratio_rate6h": PASSED / JUDGED,
     }
     judged = judged_counts(
-        lambda query: [({"job": JOB}, recordings[query])] if query in recordings else [],
+        lambda query: (
+            [({"job": JOB, "judge": DEFAULT_JUDGE}, recordings[query])]
+            if query in recordings
+            else []
+        ),
         "6h",
         JOB,
     )
     shares = pass_shares(random_pairs(reviewed, since=0.0), judged)
     text = render_markdown(build_report(reviewed, shares=shares, windows=("6h", "28d")))
-    row = next(line for line in text.splitlines() if line.startswith(f"| {FAITHFULNESS} |"))
+    row = next(
+        line
+        for line in text.splitlines()
+        if line.startswith(f"| {faithfulness_row(DEFAULT_JUDGE)} |")
+    )
     return row.split("|")[6].strip()
 
 
