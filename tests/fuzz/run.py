@@ -56,6 +56,13 @@ class Outcome:
     artifacts: list[Path]
 
 
+# libFuzzer's -rss_limit_mb reads the process's peak RSS (getrusage), which Linux carries
+# from the parent through fork and exec: started from a test session of 1 GB, every run
+# was "out of memory" before its first input. A shell that forks the fuzzer (it cannot
+# exec it: a command follows) starts it with the shell's own small peak.
+_FRESH_PEAK = ("/bin/sh", "-c", '"$@"; exit $?', "fuzz")
+
+
 def fuzz(harness: Harness, work: Path, seconds: int, runs: int) -> Outcome:
     """Run one harness under libFuzzer; its figures from the final stats and the log."""
     corpus, artifacts = work / harness.name / "corpus", work / harness.name / "artifacts"
@@ -73,8 +80,9 @@ def fuzz(harness: Harness, work: Path, seconds: int, runs: int) -> Outcome:
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
     with log.open("w") as out:
         finished = subprocess.run(
-            command, cwd=ROOT, env=environment, stdout=out, stderr=out, check=False
-        )
+            [*_FRESH_PEAK, *command], cwd=ROOT, env=environment, stdout=out, stderr=out,
+            check=False,
+        )  # fmt: skip
     text = log.read_text(errors="replace")
     stats = {key: int(value) for key, value in _STAT.findall(text)}
     coverage = _COVERAGE.findall(text)
