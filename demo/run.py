@@ -3,8 +3,9 @@
 The service sends real OTLP/HTTP spans with OpenInference attributes through
 the opentelemetry-sdk exporter, so the demo exercises the same path as
 production traffic. The timeline cycles through incidents; the live view
-(``demo.view``) shows what the sidecar sees: redrawn every second on a terminal, a
-plain text block every 10 s otherwise, or one JSON object per refresh (``--json``).
+(``demo.view``) shows what the sidecar sees: redrawn every second on a terminal, fitted
+to its size (``demo.board``), a plain text block every 10 s otherwise, or one JSON
+object per refresh (``--json``).
 The process's log goes to ``demo.log`` in the state directory, not over the view.
 """
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import structlog
 
+from demo.board import as_text
 from demo.service import (
     ALL_DOCUMENT_TYPES,
     DEFAULT_CYCLE_S,
@@ -36,7 +38,7 @@ from demo.service import (
     SyntheticRagService,
     probe_and_gold,
 )
-from demo.view import Links, LiveView, Snapshot, as_json, as_text
+from demo.view import Links, LiveView, Snapshot, as_json
 from monitor.config import Config
 
 log = structlog.get_logger("rag_monitor.demo")
@@ -223,11 +225,31 @@ def _show(snapshot: Snapshot, as_json_lines: bool, terminal: bool) -> None:
     if as_json_lines:
         print(as_json(snapshot), flush=True)
     elif terminal:
-        frame = f"{ERASE_LINE}\n".join(as_text(snapshot))
+        frame = f"{ERASE_LINE}\n".join(as_text(snapshot, *_board_size()))
         sys.stdout.write(f"{HOME}{frame}{ERASE_LINE}\n{ERASE_BELOW}")
         sys.stdout.flush()
     else:
         print("\n".join(as_text(snapshot)) + "\n", flush=True)
+
+
+def _board_size() -> tuple[int | None, int | None]:
+    """The columns and rows the board may fill, read at every frame so that it follows a
+    resize. One column short of the terminal's: a line that reaches the last column
+    leaves the cursor there, where the erase-to-end-of-line after it may take the last
+    character, and some terminals wrap. One row short: each frame's last newline leaves
+    the cursor on the row below it, which must not scroll the title off (and the line
+    that says the demo stopped lands there). A terminal that reports no size (0) gets
+    the whole board, as a pipe does.
+
+    The terminal itself is asked, not ``shutil.get_terminal_size``: that prefers
+    ``COLUMNS`` and ``LINES`` from the environment, fixed when the process started (GNU
+    readline exports them in a process that loads it, and its children inherit them),
+    which no resize updates."""
+    try:
+        columns, rows = os.get_terminal_size(sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout replaced or closed: no size to fit
+        return None, None
+    return (columns - 1 if columns > 0 else None, rows - 1 if rows > 0 else None)
 
 
 @contextlib.contextmanager

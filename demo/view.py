@@ -4,13 +4,13 @@ should fire, the release, and where to look next.
 Every value comes from the generated rules evaluated on the sidecar's registry
 (``demo.rule_evaluation``) over the view's window, a tenth of the incident cycle so
 that every incident outlasts it. One ``Snapshot`` per refresh is drawn as a screen
-(a terminal), a plain text block (a pipe) or one JSON object (``--json``).
+fitted to the terminal or a plain text block (a pipe), both by ``demo.board``, or as
+one JSON object (``--json``).
 """
 
 from __future__ import annotations
 
 import json
-import textwrap
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -26,8 +26,6 @@ from monitor.variants import PRODUCTION
 
 WINDOW_SHARE = 0.1  # of the cycle; the shortest incident lasts 0.15 of it
 TREND_POINTS = 20  # the trend column: the guardrail's value at the last refreshes
-BARS = "▁▂▃▄▅▆▇█"
-WIDTH = 100
 
 
 @dataclass(frozen=True)
@@ -257,100 +255,3 @@ def _unique(names: Iterable[str]) -> list[str]:
 def as_json(snapshot: Snapshot) -> str:
     """One line: the snapshot as a JSON object (``rag-monitor demo --json``)."""
     return json.dumps(asdict(snapshot), separators=(",", ":"))
-
-
-def as_text(snapshot: Snapshot) -> list[str]:
-    """The snapshot as the lines of the screen."""
-    s = snapshot
-    lines = [
-        f"rag-monitor demo · {_clock(s.elapsed_s)} into a {_clock(s.cycle_s)} cycle · "
-        f"{s.requests_per_s:.1f} requests/s (+{s.shadow_per_s:.1f}/s shadow twins), "
-        f"{s.requests:.0f} in all",
-        f"release: {s.service} {s.release}, serving since {_clock(s.release_since_s)}",
-        _incident_line(s),
-        "",
-        f"{'guardrail, over the last ' + _clock(s.window_s):<34}{'value':>9}{'bound':>9}"
-        f"{'threshold':>11}{'n':>7}  {'state':<22}trend",
-    ]
-    for row in s.guardrails:
-        lines.append(
-            f"{row.guardrail + ' (' + row.estimate + ')':<34}{_number(row.value):>9}"
-            f"{_number(row.bound):>9}{_test(row):>11}{_count(row.evidence):>7}  "
-            f"{_state(row.state):<22}{_sparkline(row.trend, row.threshold)}"
-        )
-    met = [title for title, state in s.other_alerts.items() if state == BREACH]
-    lines.append(
-        f"other alerts: {', '.join(met)} met"
-        if met
-        else f"other alerts: none of the {len(s.other_alerts)} the demo evaluates is met"
-    )
-    lines += textwrap.wrap(
-        f"evaluated by Prometheus only: {', '.join(s.prometheus_only)}",
-        WIDTH,
-        subsequent_indent="  ",
-    )
-    lines += [f"model missing: {need} (rag-monitor models fetch)" for need in s.missing_models]
-    links = s.links
-    lines += [
-        "",
-        "look next:",
-        f"  metrics  {links.metrics}",
-        *([f"  review   {links.review}"] if links.review else []),
-        *(f"  {'run' if n == 0 else '':<8} {c}" for n, c in enumerate(links.commands)),
-        f"  docs     {links.docs}",
-        f"log: {links.log} · Ctrl-C stops",
-    ]
-    return lines
-
-
-def _incident_line(s: Snapshot) -> str:
-    if s.incident is not None:
-        run = s.incident
-        met = "not met yet" if run.met_at_s is None else f"met at {_clock(run.met_at_s)}"
-        return (
-            f"incident now: {run.name} ({_clock(run.start_s)}-{_clock(run.end_s)}) "
-            f"-> {run.alert} should fire: {met}"
-        )
-    parts = []
-    if (last := s.last_incident) is not None:
-        met = "never met" if last.met_at_s is None else f"met at {_clock(last.met_at_s)}"
-        parts.append(f"last {last.name} -> {last.alert} {met}")
-    if (upcoming := s.next_incident) is not None:
-        parts.append(f"next {upcoming.name} at {_clock(upcoming.start_s)}")
-    return f"incident now: none ({'; '.join(parts)})"
-
-
-def _test(row: GuardrailRow) -> str:
-    return "-" if row.op is None or row.threshold is None else f"{row.op} {row.threshold:g}"
-
-
-def _clock(seconds: float) -> str:
-    minutes, rest = divmod(int(seconds), 60)
-    return f"{minutes}:{rest:02d}"
-
-
-def _number(value: float | None) -> str:
-    """Shares and dollars alike to four decimals: a bound of 1e-17 (a share of 0 less
-    rounding) reads 0.0000, not in exponent notation."""
-    return "-" if value is None else f"{value:.4f}"
-
-
-def _count(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0f}"
-
-
-def _state(state: str) -> str:
-    return "Prometheus only" if state == NOT_HERE else state
-
-
-def _sparkline(values: list[float | None], threshold: float | None) -> str:
-    """The values as bars on a scale that spans them and the threshold, so that a bar's
-    height says how near the threshold the value came."""
-    seen = [v for v in values if v is not None]
-    if not seen:
-        return ""
-    limits = seen if threshold is None else [*seen, threshold]
-    low, high = min(limits), max(limits)
-    span = (high - low) or 1.0
-    top = len(BARS) - 1
-    return "".join(" " if v is None else BARS[round((v - low) / span * top)] for v in values)
