@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal
 
 import structlog
 from prometheus_client import Counter, Gauge
@@ -44,14 +44,13 @@ from detectors.faithfulness.judge import (
     WorkerStats,
     batch_size_for,
 )
-from detectors.faithfulness.judge_metrics import Prices
+from detectors.faithfulness.judge_metrics import Prices, judge_metric
 from detectors.faithfulness.llm_judge import load_llm_judge
 from detectors.faithfulness.names import (
     JUDGE_BUDGET_USD,
     JUDGE_ESCALATIONS_TOTAL,
     JUDGE_TIER_VERDICTS_TOTAL,
 )
-from monitor.metrics import shared_metric
 from monitor.trace import TierVerdict
 
 if TYPE_CHECKING:
@@ -59,7 +58,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("rag_monitor.faithfulness")
 
-_M = TypeVar("_M", Counter, Gauge)
 Tier = Literal["first", "second"]
 TierOutcome = Literal["supported", "unsupported", "no_claims", "error"]
 TIER_OUTCOMES: tuple[TierOutcome, ...] = ("supported", "unsupported", "no_claims", "error")
@@ -78,7 +76,7 @@ class CascadeMetrics:
         second: str,
         budget: SpendBudget | None = None,
     ) -> None:
-        verdicts = _metric(
+        verdicts = judge_metric(
             registry,
             Counter,
             JUDGE_TIER_VERDICTS_TOTAL,
@@ -92,7 +90,7 @@ class CascadeMetrics:
             for tier, judge in (("first", first), ("second", second))
             for outcome in TIER_OUTCOMES
         }
-        escalations = _metric(
+        escalations = judge_metric(
             registry,
             Counter,
             JUDGE_ESCALATIONS_TOTAL,
@@ -103,7 +101,7 @@ class CascadeMetrics:
             ["judge", "outcome"],
         )
         self._escalations = {o: escalations.labels(second, o) for o in ESCALATIONS}
-        budget_usd = _metric(
+        budget_usd = judge_metric(
             registry,
             Gauge,
             JUDGE_BUDGET_USD,
@@ -129,18 +127,6 @@ def tier_outcome(result: JudgeResult, threshold: float) -> TierOutcome:
     if result.outcome == "scored" and result.score is not None:
         return "supported" if result.score >= threshold else "unsupported"
     return "no_claims" if result.outcome == "no_claims" else "error"
-
-
-def _metric(
-    registry: CollectorRegistry | None,
-    kind: type[_M],
-    name: str,
-    documentation: str,
-    labels: list[str],
-) -> _M:
-    if registry is None:
-        return kind(name, documentation, labels, registry=None)
-    return shared_metric(registry, kind, name, documentation, labels)
 
 
 class CascadeJudge:

@@ -51,23 +51,27 @@ def judge_setting(config: FaithfulnessConfig) -> str:
     return f"judge: {config.judge}"
 
 
+# The extra each local judge's model needs (an LLM judge needs none).
+LOCAL_JUDGE_EXTRAS = {"hhem": "hhem", "token_classifier": "token-judge"}
+
+
+def require_local_judge_extra(config: FaithfulnessConfig, instead: str) -> None:
+    """``MissingExtraError`` (with ``instead``, what to set instead) when the process that
+    judges lacks its local judge's extra."""
+    extra = LOCAL_JUDGE_EXTRAS.get(local_judge(config))
+    if extra is not None:
+        require_extra(extra, f"detectors.faithfulness ({judge_setting(config)})", instead)
+
+
 def require_extras(config: FaithfulnessConfig) -> None:
     """Stop before serving when what the section enables is not installed. The default
     (HHEM inline) needs the hhem extra, and so does a cascade whose first judge is HHEM;
     the core install judges with an LLM or leaves judging to the scorers."""
     if not config.enabled:
         return
-    if local_judge(config) == "hhem" and config.judge_location == "inline":
-        require_extra(
-            "hhem",
-            f"detectors.faithfulness ({judge_setting(config)})",
-            "set detectors.faithfulness.judge_location: kafka (the scorers judge), "
-            "judge: openai_compatible or enabled: false",
-        )
-    if local_judge(config) == "token_classifier" and config.judge_location == "inline":
-        require_extra(
-            "token-judge",
-            f"detectors.faithfulness ({judge_setting(config)})",
+    if config.judge_location == "inline":
+        require_local_judge_extra(
+            config,
             "set detectors.faithfulness.judge_location: kafka (the scorers judge), "
             "judge: openai_compatible or enabled: false",
         )

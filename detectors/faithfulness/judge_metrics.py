@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from detectors.faithfulness.names import (
     JUDGE_CLAIMS_CUT_TOTAL,
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from detectors.faithfulness.config import LlmJudgeConfig
 
 _MTOK = 1_000_000
+_M = TypeVar("_M", Counter, Gauge)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +83,9 @@ class JudgeMetrics:
         budget charges exactly what ``rag_judge_cost_usd_total`` counts)."""
         self._prices = prices
         self._on_cost = on_cost
-        requests = _counter(
+        requests = judge_metric(
             registry,
+            Counter,
             JUDGE_REQUESTS_TOTAL,
             "Requests the LLM judge made, each attempt once, by outcome (ok; malformed: a "
             "reply off its schema; timeout, rate_limited, server_error, client_error, "
@@ -91,16 +93,18 @@ class JudgeMetrics:
             ["judge", "outcome"],
         )
         self._requests = {o: requests.labels(judge, o) for o in REQUEST_OUTCOMES}
-        tokens = _counter(
+        tokens = judge_metric(
             registry,
+            Counter,
             JUDGE_TOKENS_TOTAL,
             "Tokens the LLM judge's replies report, by direction (input, output).",
             ["judge", "direction"],
         )
         self._input, self._output = tokens.labels(judge, "input"), tokens.labels(judge, "output")
         self._cost = (
-            _counter(
+            judge_metric(
                 registry,
+                Counter,
                 JUDGE_COST_USD_TOTAL,
                 "USD the LLM judge's tokens cost (configured prices, else genai-prices; absent "
                 "for an unpriced model).",
@@ -109,16 +113,18 @@ class JudgeMetrics:
             if prices is not None
             else None
         )
-        claims = _counter(
+        claims = judge_metric(
             registry,
+            Counter,
             JUDGE_CLAIMS_TOTAL,
             "Claims the LLM judge verified, by verdict (supported, unsupported).",
             ["judge", "verdict"],
         )
         self._supported = claims.labels(judge, "supported")
         self._unsupported = claims.labels(judge, "unsupported")
-        self._cut = _counter(
+        self._cut = judge_metric(
             registry,
+            Counter,
             JUDGE_CLAIMS_CUT_TOTAL,
             "Claims past llm_judge.max_claims, cut before verification.",
             ["judge"],
@@ -146,9 +152,15 @@ class JudgeMetrics:
         self._cut.inc(count)
 
 
-def _counter(
-    registry: CollectorRegistry | None, name: str, documentation: str, labels: list[str]
-) -> Counter:
+def judge_metric(
+    registry: CollectorRegistry | None,
+    kind: type[_M],
+    name: str,
+    documentation: str,
+    labels: list[str],
+) -> _M:
+    """A judge's metric family: shared on ``registry`` (several judges, a cascade's tiers,
+    declare the same family), or unregistered without one (a judge used on its own)."""
     if registry is None:
-        return Counter(name, documentation, labels, registry=None)
-    return shared_metric(registry, Counter, name, documentation, labels)
+        return kind(name, documentation, labels, registry=None)
+    return shared_metric(registry, kind, name, documentation, labels)

@@ -34,36 +34,21 @@ def _score(args: argparse.Namespace, config: Any) -> int:
     del args
     import structlog
 
-    from detectors.faithfulness.component import judge_setting, local_judge
+    from detectors.faithfulness.component import require_local_judge_extra
     from detectors.faithfulness.judges import open_judge
     from monitor.config import kafka_connection
-    from monitor.extras import MissingExtraError, require_extra
+    from monitor.extras import MissingExtraError
 
     log = structlog.get_logger("rag_monitor.scorer")
     faithfulness = config.detectors.faithfulness
     if kafka_connection(config) is None:
         print(f"rag-monitor score: {NO_KAFKA}", file=sys.stderr)
         return 1
-    if local_judge(faithfulness) == "hhem":  # judge: hhem, or a cascade's first judge
-        try:
-            require_extra(
-                "hhem",
-                f"detectors.faithfulness ({judge_setting(faithfulness)})",
-                "set judge: openai_compatible",
-            )
-        except MissingExtraError as exc:
-            print(f"rag-monitor score: {exc}", file=sys.stderr)
-            return 1
-    if local_judge(faithfulness) == "token_classifier":
-        try:
-            require_extra(
-                "token-judge",
-                f"detectors.faithfulness ({judge_setting(faithfulness)})",
-                "set judge: openai_compatible",
-            )
-        except MissingExtraError as exc:
-            print(f"rag-monitor score: {exc}", file=sys.stderr)
-            return 1
+    try:  # judge: hhem or token_classifier, or a cascade's first judge
+        require_local_judge_extra(faithfulness, "set judge: openai_compatible")
+    except MissingExtraError as exc:
+        print(f"rag-monitor score: {exc}", file=sys.stderr)
+        return 1
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

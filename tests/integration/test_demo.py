@@ -3,12 +3,15 @@ its live view in a terminal, and its JSON snapshots."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import select
+import struct
 import subprocess
 import sys
+import termios
 import time
 import urllib.request
 from pathlib import Path
@@ -137,12 +140,21 @@ ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 HOME = b"\x1b[H"
 
 
-def run_in_terminal(argv: list[str], timeout: float) -> tuple[int, bytes]:
-    """Run ``argv`` with a pseudo-terminal as its stdin, stdout and stderr; its exit
-    status and every byte it wrote to the terminal."""
+def run_in_terminal(
+    argv: list[str],
+    timeout: float,
+    size: tuple[int, int] | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[int, bytes]:
+    """Run ``argv`` with a pseudo-terminal as its stdin, stdout and stderr (of ``size``,
+    columns x rows, when given; else one that reports no size); its exit status and
+    every byte it wrote to the terminal."""
     controller, terminal = os.openpty()
+    if size is not None:
+        columns, rows = size
+        fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     process = subprocess.Popen(
-        argv, cwd=REPO, stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True
+        argv, cwd=REPO, env=env, stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True
     )
     os.close(terminal)
     written = bytearray()

@@ -5,16 +5,9 @@ the title, the incident line and a row per guardrail."""
 
 from __future__ import annotations
 
-import fcntl
 import os
-import pty
 import re
-import select
-import struct
-import subprocess
 import sys
-import termios
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -24,46 +17,13 @@ import pytest
 from wcwidth import wcswidth
 
 from demo.view import GUARDRAILS, GuardrailRow, IncidentRun, Links, Snapshot
-from tests.conftest import REPO
-from tests.integration.test_demo import demo_config
+from tests.integration.test_demo import demo_config, run_in_terminal
 
 pytestmark = pytest.mark.integration
 
 DURATION_S = 8  # a frame a second: enough frames, and an incident among them (20-40%)
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 HOME, ERASE_BELOW = b"\x1b[H", b"\x1b[J"  # what starts and what ends each frame
-
-
-def run_sized(argv: list[str], columns: int, rows: int, timeout: float) -> tuple[int, bytes]:
-    """Run ``argv`` on a pseudo-terminal of ``columns`` x ``rows``; its exit status and
-    every byte it wrote to the terminal."""
-    controller, terminal = pty.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
-    # Stale sizes in the environment (readline sets them in a process that imports it):
-    # the board must follow the terminal's own.
-    env = {**os.environ, "COLUMNS": "300", "LINES": "100"}
-    process = subprocess.Popen(
-        argv, cwd=REPO, env=env, stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True
-    )
-    os.close(terminal)
-    written = bytearray()
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            if not select.select([controller], [], [], 1.0)[0]:
-                continue
-            try:
-                chunk = os.read(controller, 65536)
-            except OSError:  # EIO: the process closed the terminal's last descriptor
-                break
-            if not chunk:
-                break
-            written += chunk
-        return process.wait(timeout=30), bytes(written)
-    finally:
-        os.close(controller)
-        if process.poll() is None:
-            process.kill()
 
 
 def frames(written: bytes, screen: pyte.Screen) -> Iterator[tuple[list[str], list[str]]]:
@@ -97,7 +57,11 @@ def test_every_frame_fits_the_terminal(
     terminal shorter than the board says how many lines it left out."""
     config = demo_config(tmp_path)
     argv = [sys.executable, "-m", "monitor", "demo", "--config", str(config)]
-    status, written = run_sized([*argv, "--duration", str(DURATION_S)], columns, rows, 60)
+    # Stale sizes in the environment (readline sets them in a process that imports it):
+    # the board must follow the terminal's own.
+    env = {**os.environ, "COLUMNS": "300", "LINES": "100"}
+    argv = [*argv, "--duration", str(DURATION_S)]
+    status, written = run_in_terminal(argv, 60, size=(columns, rows), env=env)
     assert status == 0, written.decode(errors="replace")[-3000:]
     screen = pyte.Screen(columns, rows)
     drawn = 0

@@ -24,10 +24,11 @@ from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.judge import JudgePair, JudgeResult
 from detectors.faithfulness.judges import open_judge
 from detectors.faithfulness.worker import ScoringWorker
-from monitor.trace import Context, Event, JudgeScore, RagTrace, TierVerdict
+from monitor.trace import Context, RagTrace, TierVerdict
 from tests.conftest import sample, wait_until
 from tests.fake_openai import Script, Seen, fake_openai
 from tests.hhem_checkpoint import build_checkpoint
+from tests.integration.test_llm_judge import JudgeScores
 
 pytestmark = pytest.mark.integration
 
@@ -324,18 +325,6 @@ def test_the_rate_limit_refuses_past_its_rate_and_the_refused_keep_the_first_ver
     assert escalations(registry, "sent") == 2
     assert escalations(registry, "refused_rate") == 6
     assert escalations(registry, "refused_budget") == 0
-
-
-class JudgeScores:
-    """Collects the JudgeScore events the detector emits."""
-
-    def __init__(self) -> None:
-        self.seen: list[JudgeScore] = []
-
-    def __call__(self, event: Event) -> bool:
-        if isinstance(event, JudgeScore):
-            self.seen.append(event)
-        return True
 
 
 def test_the_detector_records_the_final_verdict_with_its_tiers(
