@@ -1,6 +1,6 @@
-"""``rag-monitor rules``, ``dashboard`` and ``docs reference``, registered in the
-entry-point group ``rag_monitor.commands`` so that the command line (core) imports nothing
-from ``alerts``."""
+"""``rag-monitor rules``, ``dashboard``, ``docs reference`` and ``report guardrails``,
+registered in the entry-point group ``rag_monitor.commands`` so that the command line (core)
+imports nothing from ``alerts``."""
 
 from __future__ import annotations
 
@@ -81,4 +81,41 @@ DOCS_REFERENCE = Command(
     "line) from the built-in defaults and the installed components; --config is not read",
     _docs_arguments,
     _docs_reference,
+)
+
+
+def _report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--prometheus", metavar="URL", required=True, help="the Prometheus the rules run in"
+    )
+    parser.add_argument("--since", default="7d", help="the period, up to --until (e.g. 7d)")
+    parser.add_argument(
+        "--until",
+        type=float,
+        metavar="EPOCH_S",
+        help="end of the period in seconds since the epoch (default: now)",
+    )
+    parser.add_argument("--out", type=Path, default=Path("guardrails.html"), help=".html or .md")
+
+
+def _report(args: argparse.Namespace, config: Any) -> int:
+    from alerts.guardrail_report import summary, write_report
+    from monitor.extras import require_extra
+
+    try:
+        require_extra("report", "drawing the report's figures")
+        report = write_report(config, args.prometheus, args.out, args.since, args.until)
+    except (ValueError, OSError) as exc:
+        print(f"rag-monitor report guardrails: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.out}: {summary(report)}")
+    return 0
+
+
+REPORT_GUARDRAILS = Command(
+    ("report", "guardrails"),
+    "write the weekly guardrail review from Prometheus: each guardrail over the period with "
+    "its alerts and releases, the worst slices, coverage, review and field coverage",
+    _report_arguments,
+    _report,
 )

@@ -6,7 +6,9 @@ the sidecar's own health row (``alerts.health``) comes last. Guardrail
 thresholds are drawn as constant series so that a panel shows the line it is
 judged against. Fleet-wide quantiles come from the histograms (summed over
 replicas); the per-replica window gauges are shown beside them. Releases (a new
-``service.version``, from the release detector) are annotations on every panel.
+``service.version``, from the release detector) are annotations on every panel. The first
+row (``alerts.guardrail_row``) shows each guardrail as it stands, what fires and the
+worst slices, from the recordings the alerts read.
 Guardrail panels show the ``$variant`` chosen (production by default); panels of
 recording rules show production, the only traffic the rules count.
 """
@@ -18,6 +20,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from alerts import coverage, health
+from alerts.guardrail_row import guardrail_row
+from alerts.rules import build_rules
 from monitor.components import DetectorComponent, load_collectors, load_components
 from monitor.config import Config, collector_section, detector_section
 from monitor.names import RELEASE_FIRST_SEEN, REQUESTS_TOTAL
@@ -88,10 +92,11 @@ def variant_variable(datasource: dict[str, str]) -> dict[str, Any]:
 def dashboard_rows(
     config: Config, components: Sequence[DetectorComponent] | None = None
 ) -> list[Row]:
-    """The rows of the dashboard: the registered detector components' (or
-    ``components``') by ``order``, the collector components', then what the monitor sees
-    (field coverage), then the sidecar's health."""
+    """The rows of the dashboard: the guardrails now, the registered detector components'
+    (or ``components``') by ``order``, the collector components', then what the monitor
+    sees (field coverage), then the sidecar's health."""
     chosen = load_components() if components is None else components
+    first = guardrail_row(config, build_rules(config, chosen), chosen)
     rows = [
         row
         for component in chosen
@@ -102,7 +107,7 @@ def dashboard_rows(
         for component in load_collectors()
         for row in component.rows(collector_section(config, component), config.guardrails)
     ]
-    return [*rows, *collectors, *coverage.rows(config.guardrails), *health.rows()]
+    return [first, *rows, *collectors, *coverage.rows(config.guardrails), *health.rows()]
 
 
 def build_dashboard(
@@ -180,6 +185,74 @@ def build_dashboard(
 
 
 def _panel(
+    panel: Panel, panel_id: int, x: int, y: int, datasource: dict[str, str]
+) -> dict[str, Any]:
+    model = _plain_panel(panel, panel_id, x, y, datasource)
+    if panel.colours:
+        _colour_by_state(model, panel)
+    if panel.instant:
+        for target in model["targets"]:
+            target.update({"range": False, "instant": True})
+            if panel.kind == "table":
+                target["format"] = "table"
+    if panel.kind == "table":
+        _table(model, panel)
+    return model
+
+
+def _colour_by_state(model: dict[str, Any], panel: Panel) -> None:
+    """Grafana's threshold steps from ``colours`` and ``thresholds``, the value's
+    background in its state's colour; the evidence counts plain, in their own unit."""
+    steps: list[dict[str, Any]] = [{"color": panel.colours[0], "value": None}]
+    steps += [
+        {"color": colour, "value": value}
+        for colour, value in zip(panel.colours[1:], panel.thresholds, strict=True)
+    ]
+    defaults = model["fieldConfig"]["defaults"]
+    defaults["thresholds"] = {"mode": "absolute", "steps": steps}
+    defaults["color"] = {"mode": "thresholds"}
+    model["fieldConfig"]["overrides"] = [
+        {
+            "matcher": {"id": "byFrameRefID", "options": chr(ord("A") + index)},
+            "properties": [
+                {"id": "unit", "value": "short"},
+                {"id": "decimals", "value": 0},
+                {"id": "color", "value": {"mode": "fixed", "fixedColor": "text"}},
+            ],
+        }
+        for index in panel.counts
+    ]
+    model["options"] = {
+        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+        "colorMode": "background",
+        "graphMode": "none",
+        "textMode": "value_and_name",
+        "justifyMode": "auto",
+        "orientation": "horizontal",
+    }
+
+
+def _table(model: dict[str, Any], panel: Panel) -> None:
+    """A table of the series' labels: the hidden columns dropped, links on the columns
+    ``links`` names."""
+    model["transformations"] = [
+        {"id": "merge", "options": {}},
+        {
+            "id": "organize",
+            "options": {"excludeByName": dict.fromkeys(panel.hidden_columns, True)},
+        },
+    ]
+    model["fieldConfig"]["overrides"] = [
+        {
+            "matcher": {"id": "byName", "options": column},
+            "properties": [{"id": "links", "value": [{"title": column, "url": url}]}],
+        }
+        for column, url in panel.links.items()
+    ]
+    model["options"] = {"showHeader": True}
+
+
+def _plain_panel(
     panel: Panel, panel_id: int, x: int, y: int, datasource: dict[str, str]
 ) -> dict[str, Any]:
     return {

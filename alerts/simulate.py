@@ -20,10 +20,11 @@ import numpy as np
 from alerts.coverage import COVERAGE
 from alerts.scratch import write_openmetrics_series
 from monitor.components import load_components
-from monitor.config import Config, detector_section
+from monitor.config import Config, detector_section, shared_values
 from monitor.coverage import DEFAULT_INSTRUMENTATIONS
 from monitor.names import FIELDS_TOTAL, REQUESTS_TOTAL
 from monitor.rulekit.simulation import Samples, SimulatedWorld, World
+from monitor.shared import SLICER
 
 FIELD_MISSING = 0.01  # the share of requests without each watched field
 # The instrumentation scope of the simulated requests.
@@ -33,7 +34,7 @@ SIMULATED_INSTRUMENTATION = DEFAULT_INSTRUMENTATIONS[0]
 def simulate(world: World, config: Config, fields: Sequence[str] = ()) -> Samples:
     """The world's counters, one sample a minute: the requests, each detector's series as
     ``config`` configures it, and the coverage of ``fields`` (those the ticket watches)."""
-    simulated = SimulatedWorld.start(world)
+    simulated = SimulatedWorld.start(world, shared_values(config)[SLICER])
     samples, requests = simulated.samples, simulated.requests
     samples.add_gauge("up", simulated.target, np.ones(simulated.steps))  # scraped throughout
     samples.add(REQUESTS_TOTAL, {**simulated.labels, "source": "otlp"}, requests)

@@ -7,6 +7,7 @@ production traffic. The timeline cycles through incidents; the live view
 to its size (``demo.board``), a plain text block every 10 s otherwise, or one JSON
 object per refresh (``--json``).
 The process's log goes to ``demo.log`` in the state directory, not over the view.
+A model a detector needs and this machine lacks is fetched first (``demo.fetch``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 import structlog
 
 from demo.board import as_text
+from demo.fetch import FETCH_HOW, fetch_missing_models
 from demo.service import (
     ALL_DOCUMENT_TYPES,
     DEFAULT_CYCLE_S,
@@ -44,6 +46,7 @@ from monitor.config import Config
 log = structlog.get_logger("rag_monitor.demo")
 
 LOG_NAME = "demo.log"  # in the state directory
+INTERRUPTED = 130  # the shell's status for a process stopped by Ctrl-C
 REFRESH_S = 1.0  # on a terminal
 PLAIN_EVERY_S = 10.0  # otherwise
 # Erase the screen once; then each frame goes home, ends each line with erase-to-end and
@@ -90,12 +93,6 @@ def with_demo_settings(config: Config) -> Config:
     return config.model_copy(update={"detectors": detectors.model_copy(update=update)})
 
 
-FETCH_HOW = (
-    "run `rag-monitor models fetch` (with the demo's --config, if any) on a machine that "
-    "reaches huggingface.co, then start the demo again; it runs on without this detector"
-)
-
-
 def warn_missing_models(config: Config) -> list[str]:
     """Log, per model a detector needs and this machine lacks, the command that fetches it;
     returns them as "detector needs model"."""
@@ -118,12 +115,17 @@ def run_demo(
     config: Config, duration_s: float | None, config_path: Path | None, as_json_lines: bool
 ) -> int:
     """Run the sidecar and the synthetic service until ``duration_s`` or a signal, the log
-    in the state directory's ``demo.log``; 1 when the sidecar cannot start.
+    in the state directory's ``demo.log``; 1 when the sidecar cannot start, 130 when the
+    fetch of a missing model was interrupted.
 
     The live view evaluates exactly the conditions ``rag-monitor rules`` generates
     (``alerts.rules.build_rules``), never its own copy.
     """
     config = with_demo_settings(config)
+    # Before stderr goes to the log: the fetch's progress and where the models went are for
+    # the person who started the demo, and the board erases the screen only after them.
+    if not fetch_missing_models(config):
+        return INTERRUPTED
     log_path = config.service.state_dir / LOG_NAME
     with _stderr_to(log_path):
         problem = _serve(config, duration_s, config_path, as_json_lines, log_path)

@@ -1,8 +1,10 @@
 """``rag-monitor models fetch``: download the models the configured detectors read from disk.
 
 The sidecar never downloads: it reads models from a directory or from the local
-Hugging Face cache. This command is the one part of the product that talks to
-the hub. Each registered detector says what it needs under the configuration
+Hugging Face cache. This module is the one part of the product that talks to
+the hub: for this command, and for ``rag-monitor demo``, which fetches here the models
+it lacks (``missing_needs``) when the hub answers (``hub_unreachable``). Each
+registered detector says what it needs under the configuration
 (``DetectorComponent.models``: repositories at pinned revisions, and which of
 their files it reads). They are downloaded into the Hugging Face cache, or under
 ``--to DIR``; then each detector loads them as it does at run time, and the
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 from collections.abc import Sequence
 from importlib.util import find_spec
 from pathlib import Path
@@ -25,6 +28,9 @@ from monitor.components import DetectorComponent, ModelNeed, ModelSupport, load_
 from monitor.config import Config
 
 FAILED = 1
+# How long a caller that may fetch (the demo) waits to learn whether the hub answers at all:
+# long enough for a round trip from anywhere, short enough that an offline start is not held up.
+REACH_TIMEOUT_S = 3.0
 _ERRNO_TEXT = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
 
 
@@ -67,6 +73,50 @@ def _plan(config: Config) -> list[tuple[DetectorComponent, Any, Sequence[ModelNe
         if needs:
             plan.append((component, section, needs))
     return plan
+
+
+def missing_needs(config: Config) -> list[tuple[str, Sequence[ModelNeed]]]:
+    """Per detector that lacks a model it reads (``ModelSupport.missing``), what this
+    command would fetch for it: the plan of ``fetch_models``, limited to those detectors.
+    FetchError when a setting names no fetchable model."""
+    missing = []
+    for component, section, needs in _plan(config):
+        assert component.models is not None  # _plan keeps the detectors that read models
+        if component.models.missing(section):
+            missing.append((component.name, needs))
+    return missing
+
+
+def hub_unreachable(timeout_s: float = REACH_TIMEOUT_S) -> str | None:
+    """Why nothing can be fetched from the hub now, or None when ``HF_ENDPOINT`` answers.
+
+    ``HF_HUB_OFFLINE`` is honoured without a request. Any HTTP answer counts (a mirror's
+    root may well be a 404): what is asked is whether something answers there. The request
+    runs in a thread waited on for ``timeout_s`` in all, because the client's timeouts do
+    not cover a name lookup, which can hang for much longer on a machine without network.
+    """
+    if find_spec("huggingface_hub") is None:  # a core install: download() names the extra
+        return "the Hugging Face hub client is not installed"
+    import requests
+    from huggingface_hub import constants, get_session
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    endpoint = constants.ENDPOINT
+    answers: list[str | None] = []
+
+    def ask() -> None:
+        try:  # the hub client's own session: its proxies and headers, as a download has
+            get_session().head(endpoint, timeout=timeout_s, allow_redirects=False)
+            answers.append(None)
+        except requests.RequestException as exc:
+            answers.append(f"cannot reach {endpoint} ({_reason(exc)})")
+
+    # A daemon thread: one stuck in a name lookup must not hold up the process's exit.
+    asking = threading.Thread(target=ask, name="hub-reachable", daemon=True)
+    asking.start()
+    asking.join(timeout_s)
+    return answers[0] if answers else f"cannot reach {endpoint} (no answer in {timeout_s:g} s)"
 
 
 def _fetch_for(

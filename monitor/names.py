@@ -19,6 +19,10 @@ EVENTS_TOTAL = "rag_monitor_events_total"  # by type
 DETECTOR_ERRORS_TOTAL = "rag_monitor_detector_errors_total"  # by detector
 VARIANT_FOLDED_TOTAL = "rag_variant_folded_total"  # monitor/variants.py
 
+# 1 for the faithfulness judge a process runs, label judge (its identity): the judges'
+# rules, the slices' and the reports keep to the judges that run now
+JUDGE_INFO = "rag_faithfulness_judge_info"
+
 # --- human review against the judges (detectors/review counts, the judges' rules read) -----
 
 # labels stratum (random, other), hhem (the judge's verdict: supported, unsupported), human
@@ -26,6 +30,31 @@ JUDGE_AGREEMENT_TOTAL = "rag_review_judge_agreement_total"
 # labels stratum, evaluation (a name compared with review, or other), outcome (pass, fail),
 # human
 EVALUATION_AGREEMENT_TOTAL = "rag_review_evaluation_agreement_total"
+
+# --- guardrails by slice (monitor/slicing.py): each guardrail's detector counts, the slices
+# detector's rules read; labels dimension (intent, document_type) and slice, production only
+
+# scored answers and those below the threshold, also by judge
+SLICE_FAITHFULNESS_SCORED_TOTAL = "rag_slice_faithfulness_scored_total"
+SLICE_FAITHFULNESS_BELOW_TOTAL = "rag_slice_faithfulness_below_threshold_total"
+# labeled queries with eligible gold, and those whose relevance filter removed all of it
+SLICE_EXCLUSION_QUERIES_TOTAL = "rag_slice_exclusion_eligible_queries_total"
+SLICE_FALSE_EXCLUSIONS_TOTAL = "rag_slice_false_exclusions_total"
+# requests with a latency-SLO stage, and those slower than its threshold_s, also by stage
+SLICE_LATENCY_REQUESTS_TOTAL = "rag_slice_latency_requests_total"
+SLICE_LATENCY_SLOW_TOTAL = "rag_slice_latency_slow_requests_total"
+# priced requests and their cost
+SLICE_COST_REQUESTS_TOTAL = "rag_slice_cost_requests_total"
+SLICE_COST_USD_TOTAL = "rag_slice_cost_usd_total"
+
+
+def slice_recording(guardrail: str, part: str, window: str) -> str:
+    """A slice recording of ``window``: ``guardrail`` is faithfulness_pass, false_exclusion,
+    latency_slow or cost_per_query (the share or mean: part ratio_rate, upper_bound or
+    lower_bound), or exclusion_queries, faithfulness_scored, latency_requests or
+    cost_requests (the evidence: part increase)."""
+    return f"rag:slice_{guardrail}:{part}{window}"
+
 
 # --- verdicts that leave the process (monitor/verdict_exports/) --------------------------
 
@@ -99,6 +128,19 @@ RELEASE_FIRST_SEEN = "rag_release_first_seen_timestamp_seconds"
 ELIGIBLE_QUERIES_TOTAL = "rag_filter_eligible_queries_total"  # label variant
 FALSE_EXCLUSIONS_TOTAL = "rag_filter_false_exclusions_total"  # label variant
 RETRIEVAL_RECALL = "rag_retrieval_recall"  # histogram, label k
+
+# --- read by the guardrail report, declared by a detector -------------------------------
+
+# The guardrail report and the dashboard's guardrail row (alerts/guardrail_*.py) read them;
+# a detector's names.py takes them from here.
+P_VALUE = "rag_drift_p_value"  # gauges, label signal; absent until the first test
+MMD_STATISTIC = "rag_drift_mmd_statistic"
+REPRESENTATION_INFO = "rag_drift_representation_info"  # 1 per current representation
+REQUEST_COST_USD = "rag_request_cost_usd"  # histogram of the cost of each request, by variant
+COVERAGE_REQUESTS_TOTAL = "rag_coverage_requests_total"  # labels intent, document_type
+SAMPLED_TOTAL = "rag_review_sampled_total"  # label stratum
+QUEUE_ITEMS = "rag_review_queue_items"
+VERDICTS_TOTAL = "rag_review_verdicts_total"
 
 # --- read by the core, declared by a collector ------------------------------------------
 

@@ -1,5 +1,6 @@
 """Instant queries against a Prometheus server, for the reports that read what the
-recording rules hold (``report drift --prometheus``, ``report review --prometheus``)."""
+recording rules hold (``report drift --prometheus``, ``report review --prometheus``,
+``report guardrails``)."""
 
 from __future__ import annotations
 
@@ -22,3 +23,24 @@ def query_prometheus(url: str, query: str, at: float) -> list[tuple[dict[str, st
     if body.get("status") != "success":
         raise ValueError(f"Prometheus answered {body.get('error', body.get('status'))}")
     return [(s["metric"], float(s["value"][1])) for s in body["data"]["result"]]
+
+
+def query_prometheus_range(
+    url: str, query: str, start: float, end: float, step: float
+) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+    """A range query: (labels, [(time, value)]) of each series, from ``start`` to ``end`` at
+    ``step`` seconds (the caller keeps ``(end - start) / step`` under Prometheus's 11,000
+    points a series). Raises OSError or ValueError."""
+    address = f"{url.rstrip('/')}/api/v1/query_range?" + urllib.parse.urlencode(
+        {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+    )
+    if not address.startswith(("http://", "https://")):
+        raise ValueError(f"--prometheus {url}: give an http(s) URL")
+    with urllib.request.urlopen(address, timeout=PROMETHEUS_TIMEOUT_S) as answer:  # noqa: S310
+        body = json.load(answer)
+    if body.get("status") != "success":
+        raise ValueError(f"Prometheus answered {body.get('error', body.get('status'))}")
+    return [
+        (s["metric"], [(float(t), float(v)) for t, v in s["values"]])
+        for s in body["data"]["result"]
+    ]

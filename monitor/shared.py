@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
+from monitor.slicing import Slicer
 from monitor.trace import EvaluationResult
 
 T = TypeVar("T")
@@ -66,3 +67,6 @@ COMPARED_WITH_REVIEW: SharedValue[PassRules] = SharedValue("evaluations compared
 # The review detector provides whether it is on; the shadow detector keeps answers' text
 # only then, where the review queue keeps it already.
 REVIEW_ENABLED: SharedValue[bool] = SharedValue("review enabled", False)
+# The slices detector provides the slicer of its allow-lists; the guardrails' detectors
+# count their verdicts by it (off by default: no slice, no series).
+SLICER: SharedValue[Slicer] = SharedValue("trace slices", Slicer())

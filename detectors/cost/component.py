@@ -8,12 +8,13 @@ from detectors.cost import alerting
 from detectors.cost.config import CostConfig
 from monitor.components import BuildContext, DetectorComponent
 from monitor.detector import Detector
+from monitor.shared import SLICER
 
 
 def _build(config: CostConfig, context: BuildContext) -> Detector:
     from detectors.cost.detector import CostDetector
 
-    return CostDetector(config, context.registry)
+    return CostDetector(config, context.registry, context.shared[SLICER])
 
 
 def _fields(config: CostConfig, guardrails: Any) -> tuple[str, ...]:

@@ -31,8 +31,10 @@ from detectors.cost.names import (
 )
 from monitor.detector import InlineDetector
 from monitor.missing import MissingInputs
+from monitor.names import SLICE_COST_REQUESTS_TOTAL, SLICE_COST_USD_TOTAL
+from monitor.slicing import SliceCounter, Slicer
 from monitor.trace import RagTrace, Usage
-from monitor.variants import ByVariant, variant_of
+from monitor.variants import PRODUCTION, ByVariant, variant_of
 
 # $0.0001 to $1 per request, about three buckets per decade.
 COST_BUCKETS = (
@@ -167,8 +169,23 @@ class CostDetector(InlineDetector):
 
     name: ClassVar[str] = "cost"
 
-    def __init__(self, config: CostConfig, registry: CollectorRegistry) -> None:
+    def __init__(
+        self, config: CostConfig, registry: CollectorRegistry, slicer: Slicer | None = None
+    ) -> None:
         self.prices = PriceBook(config.overrides)
+        self._slicer = slicer or Slicer()
+        self._slice_requests = SliceCounter(
+            self._slicer,
+            SLICE_COST_REQUESTS_TOTAL,
+            "Priced production requests (complete or partial), by slice.",
+            registry,
+        )
+        self._slice_usd = SliceCounter(
+            self._slicer,
+            SLICE_COST_USD_TOTAL,
+            "Cost in USD of priced production requests, by slice.",
+            registry,
+        )
         per_request = Histogram(
             REQUEST_COST_USD,
             "Cost of one RAG request in USD (all models it used), by variant.",
@@ -240,6 +257,10 @@ class CostDetector(InlineDetector):
     def _book(self, trace: RagTrace, total: float, by_model: dict[str, float]) -> None:
         variant = variant_of(trace)
         self._per_request[variant].observe(total)
+        if variant == PRODUCTION and self._slicer.enabled:
+            slices = self._slicer.of(trace)
+            self._slice_requests.inc(slices)
+            self._slice_usd.inc(slices, amount=total)
         for label, cost in by_model.items():
             spend = self._spend.get((label, variant))
             if spend is None:

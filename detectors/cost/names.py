@@ -3,7 +3,12 @@ its rules and its panels share."""
 
 from __future__ import annotations
 
-REQUEST_COST_USD = "rag_request_cost_usd"  # histogram of the cost of each request, by variant
+# The cost histogram is spelled by the core (monitor/names.py): the guardrail report
+# reads its count too.
+from monitor import names as core
+
+REQUEST_COST_USD = core.REQUEST_COST_USD
+
 COST_USD_TOTAL = "rag_cost_usd_total"  # spend by model and variant
 COST_REQUESTS_TOTAL = "rag_cost_requests_total"  # requests by pricing outcome and variant
 COST_UNPRICED_REQUESTS_TOTAL = "rag_cost_unpriced_requests_total"  # by reason

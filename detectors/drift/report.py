@@ -10,9 +10,7 @@ are. HTML (plot embedded) or Markdown (plot written next to it).
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -33,6 +31,7 @@ from detectors.drift.result import Vectors
 from detectors.drift.store import DriftStore, Reference, TestRecord
 from monitor.config import Config
 from monitor.durations import parse_duration
+from monitor.figures import png_bytes, png_img, pyplot
 
 VERDICT_LEVEL = 0.01  # binomial test of the flagged share against the false-alarm rate
 SHOWN_CLUSTERS = 6
@@ -181,11 +180,7 @@ def _stamp(epoch: float) -> str:
 
 def plot_png(report: DriftReport) -> bytes:
     """p-value and MMD^2 over time, flagged windows in red, reference changes dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
     times = [datetime.fromtimestamp(t.time, tz=UTC) for t in report.tests]
     flags = np.array([t.is_drift for t in report.tests], dtype=bool)
@@ -212,10 +207,7 @@ def plot_png(report: DriftReport) -> bytes:
     top.set_title("Query-embedding drift: red = window flagged, dashed = new reference")
     figure.autofmt_xdate()
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110)
-    plt.close(figure)
-    return buffer.getvalue()
+    return png_bytes(figure)
 
 
 def _cluster_rows(report: DriftReport) -> list[tuple[str, str, str, str, list[str]]]:
@@ -282,11 +274,7 @@ def render_html(report: DriftReport, png: bytes) -> str:
             f"<p>Share of windows flagged: <b>{report.flagged / len(report.tests):.0%}</b> "
             f"({report.flagged} of {len(report.tests)}).</p>"
         )
-        encoded = base64.b64encode(png).decode()
-        parts.append(
-            "<img alt='p-value and MMD statistic over time' style='max-width:100%' "
-            f"src='data:image/png;base64,{encoded}'>"
-        )
+        parts.append(png_img(png, "p-value and MMD statistic over time"))
     parts.append("<h2>What changed</h2>")
     rows = _cluster_rows(report)
     if rows:

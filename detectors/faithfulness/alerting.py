@@ -18,14 +18,13 @@ from detectors.faithfulness.names import (
     BELOW_THRESHOLD_TOTAL,
     EVALUATIONS_TOTAL,
     FAITHFULNESS_SCORE,
-    JUDGE_INFO,
     SCORED,
     pass_ratio,
     pass_upper_bound,
     scored_count,
 )
 from monitor.guardrails import GuardrailsConfig
-from monitor.names import JUDGE_AGREEMENT_TOTAL
+from monitor.names import JUDGE_AGREEMENT_TOTAL, JUDGE_INFO
 from monitor.rulekit.corrected_rules import CorrectedShare, CorrectionEvidence
 from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
 from monitor.rulekit.fragments import Annotation, Panel, Row, RuleFragment

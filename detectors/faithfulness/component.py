@@ -23,6 +23,7 @@ from detectors.faithfulness.token_classifier import resolve_token_model
 from monitor.components import BuildContext, DetectorComponent, ModelNeed, ModelSupport
 from monitor.detector import Detector
 from monitor.extras import missing_modules, require_extra
+from monitor.shared import SLICER
 
 if TYPE_CHECKING:
     from monitor.rulekit.simulation import SimulatedWorld
@@ -86,7 +87,13 @@ def require_extras(config: FaithfulnessConfig) -> None:
 def _build(config: FaithfulnessConfig, context: BuildContext) -> Detector:
     from detectors.faithfulness.detector import FaithfulnessDetector
 
-    return FaithfulnessDetector(config, context.registry, emit=context.emit, kafka=context.kafka)
+    return FaithfulnessDetector(
+        config,
+        context.registry,
+        emit=context.emit,
+        kafka=context.kafka,
+        slicer=context.shared[SLICER],
+    )
 
 
 def model_needs(config: FaithfulnessConfig) -> list[ModelNeed]:
@@ -235,7 +242,7 @@ COMPONENT = DetectorComponent(
     models=ModelSupport(needs=model_needs, load=load_model, missing=missing_models),
     commands=(SCORE,),
     simulate=_simulate,
-    incidents=("faithfulness", "judge_blind", "judge_change"),
+    incidents=("faithfulness", "faithfulness_intent", "judge_blind", "judge_change"),
     late_metrics=_late_metrics,
     require_extras=require_extras,
 )

@@ -27,7 +27,6 @@ from detectors.faithfulness.names import (
     CACHE_HITS_TOTAL,
     EVALUATIONS_TOTAL,
     FAITHFULNESS_SCORE,
-    JUDGE_INFO,
     MODEL_PAIRS_TOTAL,
     MODEL_SECONDS_TOTAL,
     TRUNCATED_TOTAL,
@@ -42,9 +41,15 @@ from detectors.faithfulness.worker import (
 from monitor.kafka_connection import KafkaConnection
 from monitor.metrics import detector_up
 from monitor.missing import MissingInputs
+from monitor.names import (
+    JUDGE_INFO,
+    SLICE_FAITHFULNESS_BELOW_TOTAL,
+    SLICE_FAITHFULNESS_SCORED_TOTAL,
+)
 from monitor.sampler import Sampled, Sampler
+from monitor.slicing import Slice, SliceCounter, Slicer
 from monitor.trace import Event, JudgeScore, RagTrace, UnscoredAnswer
-from monitor.variants import ByVariant, variant_of
+from monitor.variants import PRODUCTION, ByVariant, variant_of
 from monitor.verdict_exports.phoenix import PhoenixAnnotator
 
 if TYPE_CHECKING:
@@ -66,7 +71,25 @@ class FaithfulnessMetrics:
     (``judges.judge_identity``), and ``rag_faithfulness_judge_info`` names the judge this
     process runs: the rules keep each judge apart and follow the current one."""
 
-    def __init__(self, registry: CollectorRegistry, judge: str) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, judge: str, slicer: Slicer | None = None
+    ) -> None:
+        self._judge = judge
+        slicer = slicer or Slicer()
+        self.slice_scored = SliceCounter(
+            slicer,
+            SLICE_FAITHFULNESS_SCORED_TOTAL,
+            "Scored production answers by slice and judge.",
+            registry,
+            ["judge"],
+        )
+        self.slice_below = SliceCounter(
+            slicer,
+            SLICE_FAITHFULNESS_BELOW_TOTAL,
+            "Scored production answers below the threshold, by slice and judge.",
+            registry,
+            ["judge"],
+        )
         score = Histogram(
             FAITHFULNESS_SCORE,
             "Faithfulness score of sampled answers by the judge (hhem: P(consistent), or "
@@ -125,6 +148,12 @@ class FaithfulnessMetrics:
             registry=registry,
         )
 
+    def count_slices(self, slices: tuple[Slice, ...], below: bool) -> None:
+        """One scored production answer in its slices."""
+        self.slice_scored.inc(slices, self._judge)
+        if below:
+            self.slice_below.inc(slices, self._judge)
+
 
 def _bind_outcome(counter: Counter, outcome: str, judge: str, variant: str) -> Counter:
     return counter.labels(outcome, variant, judge)
@@ -152,13 +181,15 @@ class FaithfulnessDetector:
         queue_size: int | None = None,
         emit: Callable[[Event], bool] | None = None,
         kafka: KafkaConnection | None = None,
+        slicer: Slicer | None = None,
     ) -> None:
         self.config = config
+        self._slicer = slicer or Slicer()
         self.judge = judge_identity(config)
         self._emit = emit  # each verdict back into the pipeline: JudgeScore or UnscoredAnswer
         self.registry = registry
         self.enabled = config.enabled
-        self.metrics = FaithfulnessMetrics(registry, self.judge)
+        self.metrics = FaithfulnessMetrics(registry, self.judge, self._slicer)
         needs = ("answer", "contexts") if config.enabled else ()
         self.missing = MissingInputs(registry, self.name, needs)
         self._triage = Triage(config)
@@ -186,7 +217,9 @@ class FaithfulnessDetector:
             from detectors.faithfulness.remote import PairPublisher  # kafka: not for --help
 
             # Scores come back from the scorers through the results topic, as JudgeScore.
-            self.worker = PairPublisher(config, kafka, self.sampler.queue, registry, emit)
+            self.worker = PairPublisher(
+                config, kafka, self.sampler.queue, registry, emit, slicer=self._slicer
+            )
         else:
             self.worker = worker or ScoringWorker(
                 config, self.sampler.queue, self._record, self._state, self._stats,
@@ -258,8 +291,11 @@ class FaithfulnessDetector:
             return
         score = evaluation.score
         self.metrics.score[variant].observe(score)
-        if score < self.config.threshold:
+        below = score < self.config.threshold
+        if below:
             self.metrics.below_threshold[variant].inc()
+        if variant == PRODUCTION and self._slicer.enabled:
+            self.metrics.count_slices(self._slicer.of(evaluation.trace), below)
         if evaluation.truncated:
             self.metrics.truncated.inc()
         if self._emit is not None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 FAITHFULNESS_SCORE = "rag_faithfulness_score"  # histogram of the judge's scores, label variant
 EVALUATIONS_TOTAL = "rag_faithfulness_evaluations_total"  # labels outcome (scored, ...), variant
 BELOW_THRESHOLD_TOTAL = "rag_faithfulness_below_threshold_total"  # label variant
-JUDGE_INFO = "rag_faithfulness_judge_info"  # 1 for the judge this process runs, label judge
 SCORED = f'{EVALUATIONS_TOTAL}{{outcome="scored"}}'
 
 # The LLM judge's own work and spend, label judge (and outcome, direction, verdict).

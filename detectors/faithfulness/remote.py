@@ -34,6 +34,7 @@ from detectors.faithfulness.triage import premise_of
 from monitor.kafka_connection import KafkaConnection
 from monitor.replication import TopicPublisher, WholeTopicReader, client_settings
 from monitor.sampler import Sampled, trace_fraction
+from monitor.slicing import Slicer, slices_record
 from monitor.trace import (
     Event,
     JudgeScore,
@@ -43,7 +44,7 @@ from monitor.trace import (
     tiers_from_record,
     verdict_parts_record,
 )
-from monitor.variants import variant_of
+from monitor.variants import PRODUCTION, variant_of
 from monitor.worker import Worker
 
 Stratum = Literal["thumbs_down", "probe", "floor", "random"]
@@ -63,18 +64,22 @@ def stratum_of(sampled: Sampled, sample_rate: float) -> Stratum:
     return "random" if trace_fraction(trace.pair_id or trace.trace_id) < sample_rate else "floor"
 
 
-def pair_record(sampled: Sampled, stratum: Stratum) -> dict[str, Any]:
-    """What a scorer needs of a sampled trace (triaged: it has an answer and a premise)."""
+def pair_record(sampled: Sampled, stratum: Stratum, slicer: Slicer) -> dict[str, Any]:
+    """What a scorer needs of a sampled trace (triaged: it has an answer and a premise),
+    with the production slices it counts the verdict in."""
     trace = sampled.trace
+    variant = variant_of(trace)
+    slices = slicer.of(trace) if variant == PRODUCTION else ()
     return {
         "trace_id": trace.trace_id,
         "span_id": trace.root_span_id,
         "premise": premise_of(trace),
         "answer": (trace.answer or "").strip(),
         "question": trace.query,
-        "variant": variant_of(trace),
+        "variant": variant,
         "service": trace.service_name or UNKNOWN_SERVICE,
         "stratum": stratum,
+        **({"slices": slices_record(slices)} if slices else {}),
     }
 
 
@@ -135,8 +140,11 @@ class PairPublisher:
         source: queue.Queue[Sampled],
         registry: CollectorRegistry,
         emit: Callable[[Event], bool] | None,
+        *,
+        slicer: Slicer,
     ) -> None:
         self._config = config
+        self._slicer = slicer
         self._emit = emit
         settings = client_settings(kafka)
         published = Counter(
@@ -188,7 +196,7 @@ class PairPublisher:
         topic = self._config.remote.requests_topic
         for sampled in batch:
             self._stratum = stratum_of(sampled, self._config.sample_rate)
-            record = pair_record(sampled, self._stratum)
+            record = pair_record(sampled, self._stratum, self._slicer)
             self._publisher.send(topic, sampled.trace.trace_id, record)
         self._publisher.flush()
 

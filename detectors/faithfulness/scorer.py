@@ -39,6 +39,7 @@ from detectors.faithfulness.remote import score_record, unscored_record
 from detectors.faithfulness.scorer_budget import FloorBudget, SeenTraces
 from monitor.kafka_connection import KafkaConnection
 from monitor.replication import WholeTopicReader, client_settings
+from monitor.slicing import Slice, Slicer
 from monitor.trace import JudgeScore, UnscoredAnswer
 
 log = structlog.get_logger("rag_monitor.scorer")
@@ -60,10 +61,12 @@ class Pair:
     variant: str
     service: str
     stratum: str
+    slices: tuple[Slice, ...] = ()  # production's slices the verdict counts in
 
     @classmethod
-    def from_record(cls, value: bytes) -> Pair:
-        """Raises ValueError, KeyError or TypeError on a record that is not a pair."""
+    def from_record(cls, value: bytes, slicer: Slicer) -> Pair:
+        """Raises ValueError, KeyError or TypeError on a record that is not a pair, or whose
+        slices are not ones ``slicer`` (the same configuration's) gives."""
         record = orjson.loads(value)
         fields = {name: record[name] for name in ("trace_id", "premise", "answer")}
         if not all(isinstance(text, str) and text for text in fields.values()):
@@ -75,14 +78,15 @@ class Pair:
             variant=str(record["variant"]),
             service=str(record["service"]),
             stratum=str(record["stratum"]),
+            slices=slicer.from_record(record.get("slices")),
         )
 
 
 class ScorerMetrics(FaithfulnessMetrics):
     """The inline detector's metrics plus what only a scorer does."""
 
-    def __init__(self, registry: CollectorRegistry, judge: str) -> None:
-        super().__init__(registry, judge)
+    def __init__(self, registry: CollectorRegistry, judge: str, slicer: Slicer) -> None:
+        super().__init__(registry, judge, slicer)
         self.pairs = Counter(
             SCORER_PAIRS_TOTAL,
             "Pairs a scorer read, by stratum and outcome: judged, duplicate (redelivered, "
@@ -108,11 +112,16 @@ class Scorer:
     """Consumes pairs, judges them, publishes and exports the scores; ``run`` owns a thread."""
 
     def __init__(
-        self, config: FaithfulnessConfig, kafka: KafkaConnection, registry: CollectorRegistry
+        self,
+        config: FaithfulnessConfig,
+        kafka: KafkaConnection,
+        registry: CollectorRegistry,
+        slicer: Slicer | None = None,
     ) -> None:
         self.config = config
         self._judge_name = judge_identity(config)
-        self.metrics = ScorerMetrics(registry, self._judge_name)
+        self._slicer = slicer or Slicer()
+        self.metrics = ScorerMetrics(registry, self._judge_name, self._slicer)
         self._settings = client_settings(kafka)
         self._consumer_settings = {**_CONSUMER_DEFAULTS, **kafka.consumer, **self._settings}
         self.seen = SeenTraces(config.remote.dedupe_size)
@@ -189,7 +198,7 @@ class Scorer:
         admitted: list[Pair] = []
         for value in values:
             try:
-                pair = Pair.from_record(value)
+                pair = Pair.from_record(value, self._slicer)
             except (ValueError, KeyError, TypeError):
                 self.metrics.pairs.labels("unknown", "invalid").inc()
                 continue
@@ -227,8 +236,10 @@ class Scorer:
             self._publish(pair, unscored_record(unscored, pair.variant, pair.service), producer)
             return
         self.metrics.score[pair.variant].observe(result.score)
-        if result.score < self.config.threshold:
+        below = result.score < self.config.threshold
+        if below:
             self.metrics.below_threshold[pair.variant].inc()
+        self.metrics.count_slices(pair.slices, below)
         if result.truncated:
             self.metrics.truncated.inc()
         score = JudgeScore(

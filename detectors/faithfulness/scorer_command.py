@@ -75,14 +75,17 @@ def _assemble(config: Any, registry: CollectorRegistry) -> tuple[Scorer, Metrics
     """The scorer and its /metrics server on ``registry``, neither started; the judge's own
     families are declared when it loads (the component's ``late_metrics``)."""
     from detectors.faithfulness.scorer import Scorer
-    from monitor.config import kafka_connection
+    from monitor.config import kafka_connection, shared_values
     from monitor.http.endpoints import MetricsServer, Readiness
+    from monitor.shared import SLICER
     from monitor.worker import supervisor
 
     kafka = kafka_connection(config)
     if kafka is None:
         raise ValueError(NO_KAFKA)
-    scorer = Scorer(config.detectors.faithfulness, kafka, registry)
+    # The sidecars' slices: a pair's are checked against the same allow-lists.
+    slicer = shared_values(config)[SLICER]
+    scorer = Scorer(config.detectors.faithfulness, kafka, registry, slicer)
     readiness = Readiness()
     readiness.add("scorer", scorer.ready.is_set)
     metrics = config.service.metrics

@@ -8,7 +8,13 @@ the answers fail in a way the judge does not see: people find 0.75 of them faith
 judge passes as many as in health (only the corrected bound can tell). During a
 ``judge_change`` incident another judge (another identity, the same bias) runs: the
 first judge's series stop, the second's start from nothing, reviews included, and the
-first judge's come back after the incident's end."""
+first judge's come back after the incident's end.
+
+With slices configured, the scored answers spread over the intent x document-type cells
+(``SimulatedWorld.cells``) and each judge's slice counters add up to its global ones.
+During a ``faithfulness_intent`` incident only the first listed intent degrades, to 0.70
+faithful: a quarter of the traffic at four intents, the global share 0.865, above the
+default guardrail of 0.85."""
 
 from __future__ import annotations
 
@@ -19,12 +25,25 @@ import numpy as np
 from numpy.typing import NDArray
 
 from detectors.faithfulness.config import FaithfulnessConfig
-from detectors.faithfulness.names import BELOW_THRESHOLD_TOTAL, EVALUATIONS_TOTAL, JUDGE_INFO
-from monitor.names import JUDGE_AGREEMENT_TOTAL
-from monitor.rulekit.simulation import STEP_S, SimulatedWorld, judge_share, reviews
+from detectors.faithfulness.names import BELOW_THRESHOLD_TOTAL, EVALUATIONS_TOTAL
+from monitor.names import (
+    JUDGE_AGREEMENT_TOTAL,
+    JUDGE_INFO,
+    SLICE_FAITHFULNESS_BELOW_TOTAL,
+    SLICE_FAITHFULNESS_SCORED_TOTAL,
+)
+from monitor.rulekit.simulation import (
+    STEP_S,
+    SimulatedWorld,
+    judge_share,
+    reviews,
+    slice_totals,
+)
 
 HEALTHY_FAITHFUL_SHARE = 0.92
 INCIDENT_FAITHFUL_SHARE = 0.75
+INTENT_INCIDENT_FAITHFUL_SHARE = 0.70
+ONE_INTENT = "faithfulness_intent"  # the incident confined to the first listed intent
 JUDGE_BLIND = "judge_blind"  # the incident the judge does not see
 JUDGE_CHANGE = "judge_change"  # another judge runs
 # The two judges of a simulated world: the first, and the one a judge_change brings.
@@ -38,7 +57,13 @@ def series(config: FaithfulnessConfig, guardrails: Any, world: SimulatedWorld) -
     faithful = world.rate("faithfulness", HEALTHY_FAITHFUL_SHARE, INCIDENT_FAITHFUL_SHARE)
     judged = judge_share(world, faithful)
     faithful = np.where(world.during(JUDGE_BLIND), INCIDENT_FAITHFUL_SHARE, faithful)
-    below = world.rng.binomial(scored, 1 - judged)
+    cells = world.cells(scored)
+    below_cells = _below_by_cell(world, cells, judged)
+    below = (
+        np.sum(list(below_cells.values()), axis=0)
+        if cells
+        else world.rng.binomial(scored, 1 - judged)
+    )
     agreement = reviews(world, faithful, judged)
     changed = world.during(JUDGE_CHANGE)
     for judge, running in zip(JUDGES, (~changed, changed), strict=True):
@@ -53,6 +78,32 @@ def series(config: FaithfulnessConfig, guardrails: Any, world: SimulatedWorld) -
             verdicts = {"hhem": "supported" if passed else "unsupported", "human": human}
             cell = {**world.target, "stratum": "random", **verdicts, "judge": judge}
             add(JUDGE_AGREEMENT_TOTAL, cell, count)
+        scored_slices, below_slices = slice_totals(cells), slice_totals(below_cells)
+        for (dimension, value), count in scored_slices.items():
+            cell = {**world.target, "judge": judge, "dimension": dimension, "slice": value}
+            add(SLICE_FAITHFULNESS_SCORED_TOTAL, cell, count)
+            add(SLICE_FAITHFULNESS_BELOW_TOTAL, cell, below_slices[dimension, value])
+
+
+def _below_by_cell(
+    world: SimulatedWorld,
+    cells: dict[tuple[str, str], NDArray[np.int64]],
+    judged: NDArray[np.float64],
+) -> dict[tuple[str, str], NDArray[np.int64]]:
+    """Scored answers below the threshold per cell: the judge's share everywhere, but the
+    first intent's during a ``faithfulness_intent`` incident."""
+    if not cells:
+        return {}
+    first = min(intent for intent, _ in cells)
+    degraded = judge_share(
+        world, world.rate(ONE_INTENT, HEALTHY_FAITHFUL_SHARE, INTENT_INCIDENT_FAITHFUL_SHARE)
+    )
+    return {
+        (intent, kind): world.rng.binomial(
+            count, 1 - (np.minimum(judged, degraded) if intent == first else judged)
+        )
+        for (intent, kind), count in cells.items()
+    }
 
 
 def _while(running: NDArray[np.bool_]) -> NDArray[np.float64]:

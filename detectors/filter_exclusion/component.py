@@ -8,6 +8,7 @@ from detectors.filter_exclusion import alerting
 from detectors.filter_exclusion.config import FilterExclusionConfig
 from monitor.components import BuildContext, DetectorComponent
 from monitor.detector import Detector
+from monitor.shared import SLICER
 
 if TYPE_CHECKING:
     from monitor.rulekit.simulation import SimulatedWorld
@@ -17,7 +18,9 @@ def _build(config: FilterExclusionConfig, context: BuildContext) -> Detector:
     from detectors.filter_exclusion.detector import FilterExclusionDetector
 
     # Each decision goes back into the pipeline as an ExclusionOutcome (shadow comparison).
-    return FilterExclusionDetector(config, context.registry, emit=context.emit)
+    return FilterExclusionDetector(
+        config, context.registry, emit=context.emit, slicer=context.shared[SLICER]
+    )
 
 
 def _fields(config: FilterExclusionConfig, guardrails: Any) -> tuple[str, ...]:

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from typing import ClassVar, Generic, TypeVar
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
-from detectors.filter_exclusion import names
 from detectors.filter_exclusion.config import FilterExclusionConfig
+from detectors.filter_exclusion.metrics import ExclusionMetrics
 from detectors.filter_exclusion.scoring import (
     Evidence,
     foreign_documents,
@@ -46,15 +46,11 @@ from detectors.filter_exclusion.scoring import (
 )
 from monitor.detector import InlineDetector
 from monitor.missing import MissingInputs
-from monitor.names import ELIGIBLE_QUERIES_TOTAL, FALSE_EXCLUSIONS_TOTAL, RETRIEVAL_RECALL
+from monitor.slicing import Slicer
 from monitor.trace import Event, ExclusionOutcome, Label, RagTrace
-from monitor.variants import ByVariant
 
 log = structlog.get_logger("rag_monitor.filter_exclusion")
 
-# Recall of one query is a ratio of small integers: 0 and 1 need their own
-# buckets (total loss, full recall); halves, thirds and quarters fall on edges.
-RECALL_BUCKETS = (0.0, 0.1, 0.2, 0.25, 0.3, 1 / 3, 0.4, 0.5, 0.6, 2 / 3, 0.7, 0.75, 0.8, 0.9, 1.0)
 NO_EVIDENCE = "no evidence"
 # Enough document ids in the entitlement log line to start an investigation.
 LOGGED_DOC_IDS = 5
@@ -156,7 +152,9 @@ class FilterExclusionDetector(InlineDetector):
         registry: CollectorRegistry,
         clock: Callable[[], float] = time.monotonic,
         emit: Callable[[Event], bool] | None = None,
+        slicer: Slicer | None = None,
     ) -> None:
+        self._slicer = slicer if slicer is not None and slicer.enabled else None
         self._recall_k = tuple(config.recall_k)
         self._depth = max(self._recall_k)  # how many distinct retrieved ids a trace keeps
         self._emit = emit  # each decision, as an ExclusionOutcome for other detectors
@@ -171,7 +169,7 @@ class FilterExclusionDetector(InlineDetector):
         self._scored: ExpiringMap[str, None] = ExpiringMap(ttl, bound)
         self._lock = threading.Lock()
         self._totals = dict.fromkeys(FilterExclusionStatus.__dataclass_fields__, 0)
-        self._metrics = _Metrics(registry, self._recall_k)
+        self._metrics = ExclusionMetrics(registry, self._recall_k, slicer or Slicer())
         self._missing = MissingInputs(registry, self.name, ("retrieved_ids",))
         pending = self._metrics.pending
         pending.labels("labels").set_function(
@@ -193,7 +191,7 @@ class FilterExclusionDetector(InlineDetector):
             self._expire(now)
             if trace.trace_id in self._scored:
                 return
-            evidence = Evidence.of(trace, self._depth, foreign)
+            evidence = Evidence.of(trace, self._depth, foreign, self._slicer)
             gold = self._trace_labels.pop(trace.trace_id)
             if gold is None and trace.probe_id is not None:
                 gold = self._probe_gold(trace.probe_id)
@@ -319,6 +317,7 @@ class FilterExclusionDetector(InlineDetector):
             self._missing.count("retrieved_ids")
             return
         metrics.eligible_queries[evidence.variant].inc()
+        metrics.slice_queries.inc(evidence.slices)
         metrics.eligible_gold_docs.inc(len(score.eligible_gold))
         metrics.excluded_gold_docs.inc(len(score.excluded_gold))
         totals["eligible_queries"] += 1
@@ -326,71 +325,10 @@ class FilterExclusionDetector(InlineDetector):
         totals["excluded_gold_docs"] += len(score.excluded_gold)
         if score.false_exclusion:
             metrics.false_exclusions[evidence.variant].inc()
+            metrics.slice_false_exclusions.inc(evidence.slices)
             totals["false_exclusions"] += 1
         if self._emit is not None:
             share = score.excluded_share
             self._emit(ExclusionOutcome(evidence.trace_id, score.false_exclusion, share))
         for k, recall in score.recall.items():
             metrics.recall[k].observe(recall)
-
-
-class _Metrics:
-    def __init__(self, registry: CollectorRegistry, recall_k: tuple[int, ...]) -> None:
-        def counter(name: str, documentation: str) -> Counter:
-            return Counter(name, documentation, registry=registry)
-
-        def by_variant(name: str, documentation: str) -> ByVariant[Counter]:
-            counter = Counter(name, documentation, ["variant"], registry=registry)
-            return ByVariant(counter.labels)
-
-        self.eligible_queries = by_variant(
-            ELIGIBLE_QUERIES_TOTAL,
-            "Labeled queries with at least one gold document the caller may see, by variant.",
-        )
-        self.false_exclusions = by_variant(
-            FALSE_EXCLUSIONS_TOTAL,
-            "Eligible queries whose every eligible gold document a relevance filter removed, "
-            "by variant.",
-        )
-        self.eligible_gold_docs = counter(
-            names.ELIGIBLE_GOLD_DOCS_TOTAL,
-            "Gold documents the caller may see, summed over eligible queries.",
-        )
-        self.excluded_gold_docs = counter(
-            names.EXCLUDED_GOLD_DOCS_TOTAL,
-            "Eligible gold documents a relevance filter removed.",
-        )
-        self.no_eligible_gold = counter(
-            names.NO_ELIGIBLE_GOLD_TOTAL,
-            "Labeled queries whose gold the caller may not see (outside the denominator).",
-        )
-        self.unmatched_labels = counter(
-            names.UNMATCHED_LABELS_TOTAL,
-            "Labels that found no trace within join_ttl_s (or were dropped over max_pending).",
-        )
-        self.unmatched_probe_traces = counter(
-            names.UNMATCHED_PROBE_TRACES_TOTAL,
-            "Probe traces whose probe id had no gold within join_ttl_s.",
-        )
-        self.duplicate_labels = counter(
-            names.DUPLICATE_LABELS_TOTAL,
-            "Labels for a trace that already had one (the first wins).",
-        )
-        self.violations = counter(
-            names.ENTITLEMENT_VIOLATIONS_TOTAL,
-            "Documents of another tenant than the caller's among a request's contexts.",
-        )
-        histogram = Histogram(
-            RETRIEVAL_RECALL,
-            "Recall@k of the retrieved documents against the eligible gold set, per query.",
-            ["k"],
-            buckets=RECALL_BUCKETS,
-            registry=registry,
-        )
-        self.recall = {k: histogram.labels(str(k)) for k in recall_k}
-        self.pending = Gauge(
-            names.JOIN_PENDING,
-            "Labels and traces held while waiting to join.",
-            ["kind"],
-            registry=registry,
-        )

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from monitor.events import InvalidRecord, parse_labels
+from monitor.slicing import Slice, Slicer
 from monitor.trace import RagTrace
 from monitor.variants import PRODUCTION, variant_of
 
@@ -58,10 +59,18 @@ class Evidence:
     # retrieved id nor a relevance exclusion (the retriever returned nothing, or the mapping
     # found no documents), or a document whose id the mapping derived from its text.
     retrieval_seen: bool = True
+    slices: tuple[Slice, ...] = ()  # production's slices its outcome counts in too
 
     @classmethod
-    def of(cls, trace: RagTrace, depth: int, foreign: Iterable[str] | None = None) -> Evidence:
+    def of(
+        cls,
+        trace: RagTrace,
+        depth: int,
+        foreign: Iterable[str] | None = None,
+        slicer: Slicer | None = None,
+    ) -> Evidence:
         """``foreign``: the trace's ``foreign_documents`` when the caller has them already."""
+        variant = variant_of(trace)
         # Positional, in the fields' order: keywords cost a part of making one per trace.
         return cls(
             trace.trace_id,
@@ -71,9 +80,10 @@ class Evidence:
             frozenset(trace.entitlement_excluded).union(
                 foreign_documents(trace) if foreign is None else foreign
             ),
-            variant_of(trace),
+            variant,
             bool(trace.retrieved or trace.relevance_excluded)
             and not any(context.id_derived for context in trace.contexts),
+            slicer.of(trace) if slicer is not None and variant == PRODUCTION else (),
         )
 
 

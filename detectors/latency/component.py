@@ -10,6 +10,7 @@ from monitor.components import BuildContext, DetectorComponent
 from monitor.coverage import stage_field
 from monitor.detector import Detector
 from monitor.guardrails import GuardrailsConfig
+from monitor.shared import SLICER
 
 if TYPE_CHECKING:
     from monitor.rulekit.simulation import SimulatedWorld
@@ -18,7 +19,10 @@ if TYPE_CHECKING:
 def _build(config: LatencyConfig, context: BuildContext) -> Detector:
     from detectors.latency.detector import LatencyDetector
 
-    return LatencyDetector(config, context.registry, slo_stages=context.guardrails.latency_slo)
+    slo = {
+        stage: objective.threshold_s for stage, objective in context.guardrails.latency_slo.items()
+    }
+    return LatencyDetector(config, context.registry, slo_stages=slo, slicer=context.shared[SLICER])
 
 
 def _fields(config: LatencyConfig, guardrails: GuardrailsConfig) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ import functools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import ClassVar
 
 from ddsketch import DDSketch
@@ -31,6 +31,8 @@ from monitor.buckets import LATENCY_BUCKETS
 from monitor.coverage import stage_field
 from monitor.detector import InlineDetector
 from monitor.missing import MissingInputs
+from monitor.names import SLICE_LATENCY_REQUESTS_TOTAL, SLICE_LATENCY_SLOW_TOTAL
+from monitor.slicing import SliceCounter, Slicer
 from monitor.trace import STAGES, RagTrace
 from monitor.variants import PRODUCTION, ByVariant, variant_of
 
@@ -110,8 +112,11 @@ class LatencyDetector(InlineDetector):
         config: LatencyConfig,
         registry: CollectorRegistry,
         clock: Callable[[], float] = time.monotonic,
-        slo_stages: Collection[str] = (),
+        slo_stages: Mapping[str, float] | Collection[str] = (),
+        slicer: Slicer | None = None,
     ) -> None:
+        """``slo_stages``: the stages with a latency SLO, each with its threshold_s where the
+        slices count the requests slower than it (``slicer``)."""
         histogram = Histogram(
             STAGE_LATENCY_SECONDS,
             "Duration of each RAG pipeline stage (ttft: time to first token), by variant.",
@@ -127,6 +132,22 @@ class LatencyDetector(InlineDetector):
         # Every request has its total; the other SLO stages only when their spans were found.
         self._watched = [stage for stage in slo_stages if stage != "total"]
         self._missing = MissingInputs(registry, self.name, map(stage_field, self._watched))
+        self._slicer = slicer or Slicer()
+        self._slo_thresholds = dict(slo_stages) if isinstance(slo_stages, Mapping) else {}
+        self._slice_requests = SliceCounter(
+            self._slicer,
+            SLICE_LATENCY_REQUESTS_TOTAL,
+            "Production requests with a latency-SLO stage, by slice and stage.",
+            registry,
+            ["stage"],
+        )
+        self._slice_slow = SliceCounter(
+            self._slicer,
+            SLICE_LATENCY_SLOW_TOTAL,
+            "Production requests slower than the stage's SLO threshold_s, by slice and stage.",
+            registry,
+            ["stage"],
+        )
 
     def observe(self, trace: RagTrace) -> None:
         variant = variant_of(trace)
@@ -139,6 +160,18 @@ class LatencyDetector(InlineDetector):
         # The per-replica window quantiles describe what users are served.
         if variant == PRODUCTION and observed:
             self.window.add(observed)
+            if self._slicer.enabled:
+                self._count_slices(trace)
         for stage in self._watched:
             if stage not in trace.stages:
                 self._missing.count(stage_field(stage))
+
+    def _count_slices(self, trace: RagTrace) -> None:
+        slices = self._slicer.of(trace)
+        for stage, threshold_s in self._slo_thresholds.items():
+            seconds = trace.stages.get(stage)
+            if seconds is None:
+                continue
+            self._slice_requests.inc(slices, stage)
+            if seconds > threshold_s:  # the SLO counts a request at its bound as fast
+                self._slice_slow.inc(slices, stage)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-SAMPLED_TOTAL = "rag_review_sampled_total"  # label stratum
+# The sampled and verdict counters and the queue gauge are spelled by the core
+# (monitor/names.py): the guardrail report reads them too.
+from monitor import names as core
+
+QUEUE_ITEMS = core.QUEUE_ITEMS
+SAMPLED_TOTAL = core.SAMPLED_TOTAL
+VERDICTS_TOTAL = core.VERDICTS_TOTAL
+
 SKIPPED_TOTAL = "rag_review_skipped_total"  # labels stratum, reason
-QUEUE_ITEMS = "rag_review_queue_items"
 RETENTION_DELETED_TOTAL = "rag_review_retention_deleted_total"
 KAFKA_RECORDS_TOTAL = "rag_review_kafka_records_total"  # labels direction, outcome
-VERDICTS_TOTAL = "rag_review_verdicts_total"
 
 
 def sampled_rate(window: str) -> str:

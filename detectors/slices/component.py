@@ -6,6 +6,7 @@ from detectors.slices import alerting
 from detectors.slices.config import SlicesConfig
 from monitor.components import BuildContext, DetectorComponent
 from monitor.detector import Detector
+from monitor.shared import SLICER, Provision
 
 
 def _build(config: SlicesConfig, context: BuildContext) -> Detector:
@@ -14,12 +15,18 @@ def _build(config: SlicesConfig, context: BuildContext) -> Detector:
     return SlicesDetector(config, context.registry)
 
 
+def _provides(config: SlicesConfig) -> list[Provision]:
+    return [SLICER.provide(config.slicer())]
+
+
 COMPONENT = DetectorComponent(
     name="slices",
     config_model=SlicesConfig,
-    description="intent and document-type slices: regeneration rate by intent, coverage matrix",
+    description="intent and document-type slices: every guardrail by slice (tickets), "
+    "regeneration rate by intent, coverage matrix",
     build=_build,
     rules=alerting.rules,
     rows=alerting.rows,
+    provides=_provides,
     order=35,
 )

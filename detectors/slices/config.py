@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from monitor.section import Section
+from monitor.slicing import Slicer
 from monitor.variants import AllowList
 
 MAX_SLICE_VALUES = 64  # per list: the coverage matrix has (intents + 2) x (types + 2) cells
@@ -38,3 +39,9 @@ class SlicesConfig(Section):
     feedback_ttl_s: float = Field(
         3600.0, gt=0, description="a regenerate event this long after its trace is not sliced"
     )
+
+    def slicer(self) -> Slicer:
+        """The slices of these allow-lists (off while no intent is listed)."""
+        return Slicer(
+            frozenset(self.intents), frozenset(self.document_types), self.document_type_key
+        )

@@ -35,8 +35,9 @@ from detectors.slices.names import (
 )
 from monitor.detector import InlineDetector
 from monitor.reask import ReaskTracker
+from monitor.slicing import DOCUMENT_TYPE, INTENT
 from monitor.trace import Event, Feedback, RagTrace
-from monitor.variants import NONE, OTHER, PRODUCTION, bounded_label, variant_of
+from monitor.variants import PRODUCTION, variant_of
 
 
 class SlicesDetector(InlineDetector):
@@ -50,10 +51,8 @@ class SlicesDetector(InlineDetector):
         registry: CollectorRegistry,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.enabled = bool(config.intents)
-        self._intents = frozenset(config.intents)
-        self._document_types = frozenset(config.document_types)
-        self._document_type_key = config.document_type_key
+        self._slicer = slicer = config.slicer()
+        self.enabled = slicer.enabled
         self._max_tracked = config.max_tracked_traces
         self._ttl_s = config.feedback_ttl_s
         self._clock = clock
@@ -95,24 +94,24 @@ class SlicesDetector(InlineDetector):
             "Traces dropped from the intent map before feedback_ttl_s (max_tracked_traces).",
             registry=registry,
         )
-        intents = (*config.intents, OTHER, NONE)
-        for intent in intents:
+        values = slicer.values
+        for intent in values[INTENT]:
             self._requests(intent, PRODUCTION)
             self._regenerations(intent, PRODUCTION)
-            for document_type in (*config.document_types, OTHER, NONE):
+            for document_type in values[DOCUMENT_TYPE]:
                 self._coverage(intent, document_type)
 
     def observe(self, trace: RagTrace) -> None:
         if not self.enabled:
             return
-        intent = bounded_label(trace.intent, self._intents)
+        intent = self._slicer.intent(trace)
         variant = variant_of(trace)
         self._requests(intent, variant).inc()
         if self._reasks.is_reask(trace):
             self._regenerations(intent, variant).inc()
         self._remember(trace.trace_id, intent, variant)
         if variant == PRODUCTION:  # a shadow twin would count its request's cell twice
-            for document_type in self._document_types_of(trace):
+            for document_type in self._slicer.document_types_of(trace):
                 self._coverage(intent, document_type).inc()
 
     def observe_event(self, event: Event) -> None:
@@ -125,16 +124,6 @@ class SlicesDetector(InlineDetector):
             return
         _, intent, variant = seen
         self._regenerations(intent, variant).inc()
-
-    def _document_types_of(self, trace: RagTrace) -> set[str]:
-        if not trace.contexts:
-            return {NONE}
-        key, allowed = self._document_type_key, self._document_types
-        types = set()
-        for context in trace.contexts:
-            value = context.metadata.get(key)
-            types.add(bounded_label(value if isinstance(value, str) else None, allowed))
-        return types
 
     def _remember(self, trace_id: str, intent: str, variant: str) -> None:
         self._recent.pop(trace_id, None)

@@ -3,9 +3,14 @@ its rules and its panels share."""
 
 from __future__ import annotations
 
+# The coverage counter is spelled by the core (monitor/names.py): the guardrail report
+# reads it too.
+from monitor import names as core
+
+COVERAGE_REQUESTS_TOTAL = core.COVERAGE_REQUESTS_TOTAL
+
 SLICE_REQUESTS_TOTAL = "rag_slice_requests_total"  # labels intent, variant
 SLICE_REGENERATIONS_TOTAL = "rag_slice_regenerations_total"  # labels intent, variant
-COVERAGE_REQUESTS_TOTAL = "rag_coverage_requests_total"  # labels intent, document_type
 SLICE_UNMATCHED_FEEDBACK_TOTAL = "rag_slice_unmatched_feedback_total"
 SLICE_EVICTED_TRACES_TOTAL = "rag_slice_evicted_traces_total"
 

@@ -60,11 +60,16 @@ def z_for(budget_per_week: float, window: str, interval: str) -> float:
 
 
 def window_z(
-    guardrails: GuardrailsConfig, severity: str, windows: list[str], sides: int = 1
+    guardrails: GuardrailsConfig,
+    severity: str,
+    windows: list[str],
+    sides: int = 1,
+    series: int = 1,
 ) -> list[tuple[str, float]]:
-    """(window, z) of an alert that tests ``windows`` (on ``sides`` sides each): the
-    severity's budget is shared equally among them."""
-    share = getattr(guardrails.false_alerts_per_week, severity) / (len(windows) * sides)
+    """(window, z) of an alert that tests ``windows`` (on ``sides`` sides each) of
+    ``series`` series (slices): the severity's budget is shared equally among them all, so
+    that more series do not mean more false alerts."""
+    share = getattr(guardrails.false_alerts_per_week, severity) / (len(windows) * sides * series)
     interval = guardrails.evaluation_interval
     return [(window, z_for(share, window, interval)) for window in windows]
 
@@ -122,20 +127,22 @@ class BoundedShare:
     # A series the count and the share are kept to (``and on (by)``): e.g. the judges that
     # run now, so that a replaced one's series stop at once instead of over the window.
     only: str = ""
+    only_on: str = ""  # the labels ``only`` is matched on, when not all of ``by``
 
     def recording(self, window: str, z: float) -> list[dict[str, Any]]:
         """The three recording rules of ``window``, the bound at ``z``."""
         point = ratio(sum_rate(self.hits, window, self.by), sum_rate(self.events, window, self.by))
         share = self.share(window)
         count = self.count(window)
+        on = self.only_on or self.by
         if self.complement:
             point = f"1 - (\n{point}\n)"
         return [
             {
                 "record": count,
-                "expr": kept_to(sum_increase(self.events, window, self.by), self.by, self.only),
+                "expr": kept_to(sum_increase(self.events, window, self.by), on, self.only),
             },
-            {"record": share, "expr": kept_to(point, self.by, self.only)},
+            {"record": share, "expr": kept_to(point, on, self.only)},
             {"record": self.bound(window), "expr": wilson_bound(share, count, z, self.side)},
         ]
 

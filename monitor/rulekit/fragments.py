@@ -20,6 +20,16 @@ class Panel:
     description: str = ""
     width: int = 8
     thresholds: list[float] = field(default_factory=list)
+    # A stat or table coloured by state: ``colours[0]`` below the first threshold, then
+    # ``colours[i]`` from ``thresholds[i - 1]`` up (Grafana's absolute threshold steps).
+    colours: list[str] = field(default_factory=list)
+    # Queries (by index) that count the evidence: shown as plain numbers, never coloured.
+    counts: list[int] = field(default_factory=list)
+    # The value as it is now (Grafana's instant query), not a series over the time range.
+    instant: bool = False
+    # A table's column -> the link its cells open (Grafana's ${__value.raw} is the cell).
+    links: dict[str, str] = field(default_factory=dict)
+    hidden_columns: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -33,6 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from monitor.durations import parse_duration
+from monitor.slicing import DOCUMENT_TYPE, INTENT, Slicer
 
 STEP_S = 60  # the world's scrape interval: every counter is sampled once a minute
 TROUGH_SHARE = 1 / 20  # the night trough's traffic over the day peak's
@@ -129,14 +130,18 @@ class SimulatedWorld:
     requests: NDArray[np.int64]
     rng: np.random.Generator
     samples: Samples
+    # The configured slices (``monitor.slicing``): each request has one of the listed
+    # intents and one of the listed document types, all equally likely.
+    slicer: Slicer = field(default_factory=Slicer)
 
     @classmethod
-    def start(cls, world: World) -> SimulatedWorld:
+    def start(cls, world: World, slicer: Slicer | None = None) -> SimulatedWorld:
         """The world's grid and its diurnal requests (the generator's first draw)."""
         rng = np.random.default_rng(world.seed)
         minutes = np.arange(world.steps, dtype=np.int64)
         requests = rng.poisson(diurnal_expected(world, minutes))
-        return cls(world, requests, rng, Samples(world.start_s + minutes * STEP_S))
+        samples = Samples(world.start_s + minutes * STEP_S)
+        return cls(world, requests, rng, samples, slicer or Slicer())
 
     @property
     def steps(self) -> int:
@@ -157,7 +162,7 @@ class SimulatedWorld:
         its name: a component's draws do not depend on which other components are
         installed, or on their order."""
         rng = np.random.default_rng([self.world.seed, zlib.crc32(owner.encode())])
-        return SimulatedWorld(self.world, self.requests, rng, self.samples)
+        return SimulatedWorld(self.world, self.requests, rng, self.samples, self.slicer)
 
     def during(self, kind: str) -> NDArray[np.bool_]:
         """The minutes in which an incident of ``kind`` is on."""
@@ -172,6 +177,28 @@ class SimulatedWorld:
     def rate(self, kind: str, healthy: float, degraded: float) -> NDArray[np.float64]:
         """A true rate per minute: ``healthy``, but ``degraded`` during ``kind``'s incidents."""
         return np.where(self.during(kind), degraded, healthy).astype(float)
+
+    def cells(self, counts: NDArray[np.int64]) -> dict[tuple[str, str], NDArray[np.int64]]:
+        """``counts`` each minute spread over the (intent, document type) cells of the
+        listed values, equally likely; one cell holds them all when slices are off."""
+        if not self.slicer.enabled:
+            return {}
+        intents, types = sorted(self.slicer.intents), sorted(self.slicer.document_types)
+        keys = [(intent, kind) for intent in intents for kind in types]
+        drawn = self.rng.multinomial(counts, np.full(len(keys), 1 / len(keys)))
+        return {key: drawn[:, index] for index, key in enumerate(keys)}
+
+
+def slice_totals(
+    cells: dict[tuple[str, str], NDArray[np.int64]],
+) -> dict[tuple[str, str], NDArray[np.int64]]:
+    """Per-cell counts summed into slices: (intent, value) over its document types and
+    (document_type, value) over its intents."""
+    totals: dict[tuple[str, str], NDArray[np.int64]] = {}
+    for (intent, kind), counts in cells.items():
+        for key in ((INTENT, intent), (DOCUMENT_TYPE, kind)):
+            totals[key] = totals[key] + counts if key in totals else counts.copy()
+    return totals
 
 
 def judge_share(world: SimulatedWorld, truth: NDArray[np.float64]) -> NDArray[np.float64]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from alerts.dashboard import build_dashboard, panel_queries
+from alerts.guardrail_row import ALERTS_TITLE
 from alerts.rules import render_rules
 from detectors.review.model import Verdict
 from monitor.sidecar import Sidecar
@@ -237,8 +238,11 @@ def test_every_panel_query_returns_data_after_traffic(
     prometheus = services.start_prometheus(sidecar, render_rules(config))
     dashboard = build_dashboard(config)
     annotations = [(a["name"], a["expr"]) for a in dashboard["annotations"]["list"]]
+    # The firing-alerts table lists what fires: empty on this healthy traffic, by design.
     queries = [
-        (title, grafana_expr(expr)) for title, expr in [*panel_queries(dashboard), *annotations]
+        (title, grafana_expr(expr))
+        for title, expr in [*panel_queries(dashboard), *annotations]
+        if title != ALERTS_TITLE
     ]
     assert not [expr for _, expr in queries if "$" in expr]
 

@@ -22,6 +22,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPO, free_port, wait_until
+from tests.fake_hub import hub_environ
 
 pytestmark = pytest.mark.integration
 
@@ -38,6 +39,14 @@ def demo_config(tmp_path: Path, metrics_port: int = 0, review_port: int = 0) -> 
         "detectors": {"review": {"http": {"port": review_port or free_port()}}},
     }))  # fmt: skip
     return config
+
+
+def offline_environ(tmp_path: Path) -> dict[str, str]:
+    """The environment of a demo that neither finds nor fetches a model: an empty Hugging
+    Face cache under ``tmp_path`` and HF_HUB_OFFLINE, so that no test downloads the real
+    HHEM model; the demo says so in one line before its view (its fetch is tested against
+    a hub double in test_demo_fetch.py)."""
+    return hub_environ(tmp_path, HF_HUB_OFFLINE="1")
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -82,6 +91,7 @@ def test_demo_serves_traffic_latency_and_cost_then_exits_0(tmp_path: Path) -> No
     process = subprocess.Popen(
         [sys.executable, "-m", "monitor", "demo", "--config", str(config), "--duration", "20"],
         cwd=REPO,
+        env=offline_environ(tmp_path),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -194,11 +204,16 @@ def test_demo_in_a_terminal_shows_guardrails_and_incident_without_log_lines(
 
     config = demo_config(tmp_path)
     argv = [sys.executable, "-m", "monitor", "demo", "--config", str(config), "--duration", "20"]
-    status, written = run_in_terminal(argv, timeout=90)
+    status, written = run_in_terminal(argv, timeout=90, env=offline_environ(tmp_path))
     frames = screens(written)
     assert status == 0, written.decode(errors="replace")[-3000:]
     assert len(frames) >= 15  # a redraw a second
-    assert written.startswith(b"\x1b[2J\x1b[H")  # the screen erased once, then each frame
+    # The one line on the missing model first, then the screen erased once, then each frame.
+    before, board = written.split(b"\x1b[2J", 1)
+    assert before.startswith(b"model missing: faithfulness needs ")
+    assert before.count(b"\n") == 1
+    assert board.startswith(b"\x1b[H")
+    assert b"\x1b[2J" not in board
     last = frames[-1].splitlines()
     for guardrail in GUARDRAILS:
         assert sum(line.startswith(guardrail.name + " ") for line in last) == 1, guardrail
@@ -219,7 +234,8 @@ def test_demo_in_a_terminal_shows_guardrails_and_incident_without_log_lines(
 
 def test_demo_json_prints_one_snapshot_per_refresh(tmp_path: Path) -> None:
     """`rag-monitor demo --json` prints only JSON objects on stdout, one per refresh, each
-    with the five guardrails, the release and the links; nothing on stderr."""
+    with the five guardrails, the release and the links; on stderr only the line saying the
+    model is missing."""
     from demo.view import GUARDRAILS
 
     config = demo_config(tmp_path)
@@ -227,12 +243,14 @@ def test_demo_json_prints_one_snapshot_per_refresh(tmp_path: Path) -> None:
         [sys.executable, "-m", "monitor", "demo", "--config", str(config), "--duration", "6",
          "--json"],
         cwd=REPO,
+        env=offline_environ(tmp_path),
         capture_output=True,
         timeout=90,
         check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr.decode()[-2000:]
-    assert done.stderr == b""
+    [missing] = done.stderr.decode().splitlines()  # the one line on the model, nothing else
+    assert missing.startswith("model missing: faithfulness needs ")
     snapshots: list[dict[str, Any]] = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(snapshots) == 1  # one refresh every 10 s without a terminal, and one at the end
     [snapshot] = snapshots

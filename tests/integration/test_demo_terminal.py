@@ -5,7 +5,6 @@ the title, the incident line and a row per guardrail."""
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ import pytest
 from wcwidth import wcswidth
 
 from demo.view import GUARDRAILS, GuardrailRow, IncidentRun, Links, Snapshot
-from tests.integration.test_demo import demo_config, run_in_terminal
+from tests.integration.test_demo import demo_config, offline_environ, run_in_terminal
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +58,7 @@ def test_every_frame_fits_the_terminal(
     argv = [sys.executable, "-m", "monitor", "demo", "--config", str(config)]
     # Stale sizes in the environment (readline sets them in a process that imports it):
     # the board must follow the terminal's own.
-    env = {**os.environ, "COLUMNS": "300", "LINES": "100"}
+    env = {**offline_environ(tmp_path), "COLUMNS": "300", "LINES": "100"}
     argv = [*argv, "--duration", str(DURATION_S)]
     status, written = run_in_terminal(argv, 60, size=(columns, rows), env=env)
     assert status == 0, written.decode(errors="replace")[-3000:]

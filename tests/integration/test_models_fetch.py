@@ -1,30 +1,19 @@
-"""`rag-monitor models fetch` against a Hugging Face Hub double on loopback.
-
-The double serves what huggingface_hub 0.36's ``snapshot_download`` calls: the
-model info of a revision (``/api/models/{repo}/revision/{rev}``) and ``HEAD``/``GET``
-``/{repo}/resolve/{rev}/{file}`` with the headers it requires (``X-Repo-Commit``,
-``ETag``, ``Content-Length``), and the ``X-Error-Code`` of its 404s. The hub
-client reads ``HF_ENDPOINT`` at import, so the command runs as a subprocess.
+"""`rag-monitor models fetch` against a Hugging Face Hub double on loopback
+(``tests/fake_hub.py``). The hub client reads ``HF_ENDPOINT`` at import, so the command
+runs as a subprocess.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import re
 import resource
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import pytest
 import yaml
@@ -42,7 +31,8 @@ from detectors.faithfulness.hhem import (
 )
 from monitor.config import load_config
 from tests.conftest import REPO, free_port, make_config, sample, wait_until
-from tests.hhem_checkpoint import build_checkpoint, reference_scores
+from tests.fake_hub import FakeHub, Files, files_of, hub_environ, publish_hhem, serve_hub
+from tests.hhem_checkpoint import reference_scores
 from tests.tiny_bert import save_tiny_bert
 
 pytestmark = pytest.mark.integration
@@ -52,70 +42,6 @@ PAIRS = [
     ("The capital of France is Berlin.", "The capital of France is Paris."),
     ("Refunds are possible within 30 days.", "You can get a refund."),
 ]
-INFO = re.compile(r"/api/models/(?P<repo>[^/]+/[^/]+)/revision/(?P<rev>[^/]+)")
-RESOLVE = re.compile(r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)")
-Files = dict[str, bytes]
-
-
-@dataclass
-class FakeHub:
-    """Repositories at one commit each; every request is recorded."""
-
-    repos: dict[str, tuple[str, Files]]
-    requests: list[str] = field(default_factory=list)
-
-    def find(self, repo: str, revision: str) -> tuple[str, Files] | str:
-        """The commit and files of ``repo`` at ``revision``, or the hub's X-Error-Code."""
-        if repo not in self.repos:
-            return "RepoNotFound"
-        commit, files = self.repos[repo]
-        return (commit, files) if revision in (commit, "main") else "RevisionNotFound"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _HubServer
-
-    def do_GET(self) -> None:
-        self._answer(with_body=True)
-
-    def do_HEAD(self) -> None:
-        self._answer(with_body=False)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def _answer(self, with_body: bool) -> None:
-        hub = self.server.hub
-        path = unquote(urlsplit(self.path).path)
-        hub.requests.append(f"{self.command} {path}")
-        route = INFO.fullmatch(path) or RESOLVE.fullmatch(path)
-        if route is None:
-            return self._send(404, b"{}", {"X-Error-Code": "RepoNotFound"}, with_body)
-        found = hub.find(route["repo"], route["rev"])
-        if isinstance(found, str):
-            return self._send(404, b"{}", {"X-Error-Code": found}, with_body)
-        commit, files = found
-        if route.re is INFO:
-            siblings = [{"rfilename": name} for name in sorted(files)]
-            info = {"id": route["repo"], "sha": commit, "siblings": siblings}
-            return self._send(200, json.dumps(info).encode(), {}, with_body)
-        if route["file"] not in files:
-            return self._send(404, b"{}", {"X-Error-Code": "EntryNotFound"}, with_body)
-        content = files[route["file"]]
-        headers = {"X-Repo-Commit": commit, "ETag": f'"{hashlib.sha256(content).hexdigest()}"'}
-        return self._send(200, content, headers, with_body)
-
-    def _send(self, status: int, body: bytes, headers: dict[str, str], with_body: bool) -> None:
-        self.send_response(status)
-        for name, value in {**headers, "Content-Length": str(len(body))}.items():
-            self.send_header(name, value)
-        self.end_headers()
-        if with_body:
-            self.wfile.write(body)
-
-
-class _HubServer(ThreadingHTTPServer):
-    hub: FakeHub
 
 
 @dataclass(frozen=True)
@@ -129,41 +55,16 @@ class Published:
     model: Any
 
 
-def _files(directory: Path) -> Files:
-    return {
-        str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()
-    }
-
-
 @pytest.fixture(scope="module")
 def published(tmp_path_factory: pytest.TempPathFactory) -> Published:
     """The tiny HHEM checkpoint as the hub publishes it, its foundation, and an embedder."""
     root = tmp_path_factory.mktemp("published")
-    checkpoint, model = build_checkpoint(root)
-    hhem = _files(checkpoint)
-    config = json.loads(hhem["config.json"])
-    hhem["config.json"] = json.dumps({**config, "foundation": DEFAULT_FOUNDATION}).encode()
-    hhem["modeling_hhem_v2.py"] = b"# remote code the sidecar never runs\n"
-    foundation = _files(root / "flan-t5-foundation")
-    foundation["model.safetensors"] = b"foundation weights the scorer never reads"
+    hhem = publish_hhem(root)
     (root / "embedder").mkdir()
-    embedder = _files(save_tiny_bert(root / "embedder", ["where", "is", "my", "parcel"]))
+    embedder = files_of(save_tiny_bert(root / "embedder", ["where", "is", "my", "parcel"]))
     embedder["pytorch_model.bin"] = b"a second copy of the weights"
     embedder["onnx/model.onnx"] = b"an export the embedder never reads"
-    return Published(hhem, foundation, embedder, checkpoint, model)
-
-
-@contextmanager
-def _serve(repos: dict[str, tuple[str, Files]]) -> Iterator[tuple[FakeHub, str]]:
-    server = _HubServer(("127.0.0.1", 0), _Handler)
-    server.hub = FakeHub(repos)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.hub, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    return Published(hhem.hhem, hhem.foundation, embedder, hhem.local_checkpoint, hhem.model)
 
 
 @pytest.fixture
@@ -174,7 +75,7 @@ def hub(published: Published) -> Iterator[tuple[FakeHub, str]]:
         DEFAULT_FOUNDATION: (PINNED_REVISIONS[DEFAULT_FOUNDATION], published.foundation),
         EMBEDDER: ("e" * 40, published.embedder),
     }
-    with _serve(repos) as served:
+    with serve_hub(repos) as served:
         yield served
 
 
@@ -186,9 +87,7 @@ def fetch(
     environ: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``rag-monitor models fetch ARGS`` against ``endpoint``, with a cache under ``tmp_path``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
-    env |= {"HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf-home")}
-    env |= {"HF_HUB_CACHE": str(tmp_path / "cache"), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = hub_environ(tmp_path, HF_ENDPOINT=endpoint, PYTHONDONTWRITEBYTECODE="1")
     env |= environ or {}
 
     def limit_files() -> None:  # a full disk, as the writer sees it: EFBIG past the limit
@@ -307,7 +206,7 @@ def test_a_revision_the_hub_does_not_have_is_one_clear_line(
         DEFAULT_FOUNDATION: (PINNED_REVISIONS[DEFAULT_FOUNDATION], published.foundation),
     }
     to = tmp_path / "models"
-    with _serve(other) as (_, endpoint):
+    with serve_hub(other) as (_, endpoint):
         result = fetch(endpoint, tmp_path, "--to", str(to))
     assert result.returncode == 1
     assert f"has no revision {PINNED_REVISIONS[HHEM_REPO]} of {HHEM_REPO}" in result.stderr

@@ -4,12 +4,14 @@ need no network, and how the sidecar finds a fetched copy in the cache."""
 from __future__ import annotations
 
 import io
+import socket
+import time
 from pathlib import Path
 
 import pytest
 
 from detectors.faithfulness.hhem import HHEM_REPO, PINNED_REVISIONS, resolve_model_dir
-from monitor.models import fetch_models
+from monitor.models import fetch_models, hub_unreachable
 from tests.conftest import make_config
 
 OTHER_COMMIT = "0" * 40
@@ -76,3 +78,31 @@ def test_a_setting_that_names_no_hub_id_is_refused_before_any_download(
     assert fetch_models(make_config(detectors=detectors), None, out, err) == 1
     assert message in err.getvalue()
     assert out.getvalue() == ""
+
+
+def test_a_hub_that_never_answers_is_given_up_on_quickly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_ENDPOINT accepts connections and never answers (a stuck proxy, a black hole): the
+    demo's reachability check says so within its timeout rather than hang its start."""
+    from huggingface_hub import constants
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # the kernel completes the handshake; nobody ever reads or answers
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        started = time.monotonic()
+        why = hub_unreachable(timeout_s=0.5)
+        waited = time.monotonic() - started
+    assert why is not None
+    assert why.startswith(f"cannot reach {endpoint} (")
+    assert waited < 2.0
+
+
+def test_hf_hub_offline_is_a_reason_without_a_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_HUB_OFFLINE set: the check answers at once, and asks no endpoint (none is valid)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", "http://invalid.invalid")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert hub_unreachable() == "HF_HUB_OFFLINE is set"

@@ -190,7 +190,8 @@ def test_incident_spec_errors_say_what_to_write(spec: str, error: str) -> None:
 def test_unknown_incident_lists_the_kinds_the_detectors_react_to() -> None:
     """The kinds come from the registered detectors' components, then the core's coverage."""
     kinds = (
-        "latency, regeneration, faithfulness, judge_blind, judge_change, evaluation, "
+        "latency, regeneration, faithfulness, faithfulness_intent, judge_blind, judge_change, "
+        "evaluation, "
         "false_exclusion, "
         "coverage, all"
     )
@@ -203,6 +204,7 @@ def test_incident_all_is_every_kind() -> None:
     alone."""
     assert set(parse_incident("all:8d14h:6h").kinds) == {
         "faithfulness",
+        "faithfulness_intent",
         "judge_blind",
         "regeneration",
         "false_exclusion",

@@ -42,6 +42,11 @@ STABLE_ALERTS = {
     "RagTraceFieldMissing",  # issue 24: a field an enabled detector reads is missing
     "RagEvaluationFailing",  # issue 28: an evaluator's pass share below its guardrail
     "RagJudgeBiased",  # issue 33: a judge's pass share off the reviewers' on the same items
+    # issue 44: a guardrail breached in one slice (intent, document type)
+    "RagSliceFaithfulnessLow",
+    "RagSliceFalseExclusionHigh",
+    "RagSliceLatencySlow",
+    "RagSliceCostPerQueryHigh",
 }
 DETECTORS = [
     "latency", "release", "cost", "feedback", "slices", "faithfulness", "evaluations",

@@ -17,6 +17,7 @@ from detectors.faithfulness.scorer import Pair, Scorer
 from detectors.faithfulness.scorer_budget import FloorBudget, SeenTraces
 from monitor.config import Config
 from monitor.sampler import Sampled, trace_fraction
+from monitor.slicing import Slicer
 from monitor.trace import Context, JudgeScore, RagTrace, UnscoredAnswer
 from tests.conftest import sample
 
@@ -143,8 +144,8 @@ def test_a_pair_round_trips_and_bad_records_are_refused() -> None:
         service_name="checkout",
         variant="candidate",
     )
-    record = pair_record(Sampled(taken, "rate"), "random")
-    pair = Pair.from_record(orjson.dumps(record))
+    record = pair_record(Sampled(taken, "rate"), "random", Slicer())
+    pair = Pair.from_record(orjson.dumps(record), Slicer())
     assert (pair.premise, pair.answer, pair.question) == (
         "It left Monday.",
         "It left Monday.",
@@ -152,7 +153,7 @@ def test_a_pair_round_trips_and_bad_records_are_refused() -> None:
     )
     assert (pair.service, pair.variant, pair.stratum) == ("checkout", "candidate", "random")
     with pytest.raises(ValueError, match="non-empty"):
-        Pair.from_record(orjson.dumps({**record, "premise": ""}))
+        Pair.from_record(orjson.dumps({**record, "premise": ""}), Slicer())
     with pytest.raises(ValueError, match="outside"):
         verdict_from_record(
             orjson.dumps({"trace_id": "t", "score": 2, "threshold": 0.5, "judge": "hhem"})
