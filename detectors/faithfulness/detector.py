@@ -151,8 +151,8 @@ class FaithfulnessMetrics:
     def count_slices(self, slices: tuple[Slice, ...], below: bool) -> None:
         """One scored production answer in its slices."""
         self.slice_scored.inc(slices, self._judge)
-        if below:
-            self.slice_below.inc(slices, self._judge)
+        # Counted at 0 too: a slice without a failing answer records a pass share of 1.
+        self.slice_below.inc(slices, self._judge, amount=float(below))
 
 
 def _bind_outcome(counter: Counter, outcome: str, judge: str, variant: str) -> Counter:

@@ -318,6 +318,8 @@ class FilterExclusionDetector(InlineDetector):
             return
         metrics.eligible_queries[evidence.variant].inc()
         metrics.slice_queries.inc(evidence.slices)
+        # Counted at 0 too: a slice without a false exclusion records a rate of 0.
+        metrics.slice_false_exclusions.inc(evidence.slices, amount=float(score.false_exclusion))
         metrics.eligible_gold_docs.inc(len(score.eligible_gold))
         metrics.excluded_gold_docs.inc(len(score.excluded_gold))
         totals["eligible_queries"] += 1
@@ -325,7 +327,6 @@ class FilterExclusionDetector(InlineDetector):
         totals["excluded_gold_docs"] += len(score.excluded_gold)
         if score.false_exclusion:
             metrics.false_exclusions[evidence.variant].inc()
-            metrics.slice_false_exclusions.inc(evidence.slices)
             totals["false_exclusions"] += 1
         if self._emit is not None:
             share = score.excluded_share

@@ -173,5 +173,6 @@ class LatencyDetector(InlineDetector):
             if seconds is None:
                 continue
             self._slice_requests.inc(slices, stage)
-            if seconds > threshold_s:  # the SLO counts a request at its bound as fast
-                self._slice_slow.inc(slices, stage)
+            # Counted at 0 too: a slice without a slow request records a share of 0, not
+            # nothing. The SLO counts a request at its bound as fast.
+            self._slice_slow.inc(slices, stage, amount=float(seconds > threshold_s))

@@ -159,3 +159,18 @@ def test_slice_counters_do_not_exist_while_the_slices_detector_is_off() -> None:
     latency.observe(trace("a1", stages={"total": 2.0}))
     names = {family.name for family in registry.collect()}
     assert not any(name.startswith("rag_slice_") for name in names)
+
+
+def test_a_slice_without_failures_has_its_failure_series_at_zero() -> None:
+    """The share of a slice with no slow request is 0, not missing: the failure counter
+    exists as soon as the slice has an event."""
+    registry = CollectorRegistry()
+    latency = LatencyDetector(LatencyConfig(), registry, slo_stages={"total": 1.5}, slicer=SLICER_4)
+    latency.observe(trace("a1", stages={"total": 0.2}))
+    slow = [
+        s
+        for family in registry.collect()
+        for s in family.samples
+        if s.name == SLICE_LATENCY_SLOW_TOTAL and s.labels["slice"] == "billing"
+    ]
+    assert [s.value for s in slow] == [0.0]
