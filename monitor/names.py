@@ -43,6 +43,8 @@ SLICE_FALSE_EXCLUSIONS_TOTAL = "rag_slice_false_exclusions_total"
 # requests with a latency-SLO stage, and those slower than its threshold_s, also by stage
 SLICE_LATENCY_REQUESTS_TOTAL = "rag_slice_latency_requests_total"
 SLICE_LATENCY_SLOW_TOTAL = "rag_slice_latency_slow_requests_total"
+# the review's judge agreement (JUDGE_AGREEMENT_TOTAL's labels) by the item's slices
+SLICE_JUDGE_AGREEMENT_TOTAL = "rag_slice_review_judge_agreement_total"
 # priced requests and their cost
 SLICE_COST_REQUESTS_TOTAL = "rag_slice_cost_requests_total"
 SLICE_COST_USD_TOTAL = "rag_slice_cost_usd_total"

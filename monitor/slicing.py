@@ -82,6 +82,12 @@ class Slicer:
         types = sorted(self.document_types_of(trace))
         return ((INTENT, self.intent(trace)), *((DOCUMENT_TYPE, value) for value in types))
 
+    def kept(self, slices: Iterable[Slice]) -> tuple[Slice, ...]:
+        """Those of ``slices`` this slicer gives (a record from a replica configured
+        otherwise may hold others: they are not counted, the labels stay bounded)."""
+        known = self.values if self.enabled else {}
+        return tuple(s for s in slices if s[1] in known.get(s[0], ()))
+
     def from_record(self, value: Any) -> tuple[Slice, ...]:
         """Slices read back from a record (a scorer's pair): hostile like every record, so
         each must be one this slicer could have given, or the record is refused
@@ -99,6 +105,25 @@ class Slicer:
                 case _:
                     raise ValueError("a slice must be a [dimension, value] this sidecar gives")
         return tuple(slices)
+
+
+MAX_SLICES = 1 + 64 + 2  # an intent and at most every listed document type, other, none
+MAX_SLICE_CHARS = 256
+
+
+def slices_from_record(value: Any) -> tuple[Slice, ...]:
+    """Slices as a stored record holds them, checked for shape only (a reader keeps those
+    its own slicer gives: ``Slicer.kept``); ValueError when malformed."""
+    if not isinstance(value, list) or len(value) > MAX_SLICES:
+        raise ValueError("slices must be a list of [dimension, value] pairs")
+    slices = []
+    for item in value:
+        match item:
+            case [str(dimension), str(label)] if len(dimension) + len(label) <= MAX_SLICE_CHARS:
+                slices.append((dimension, label))
+            case _:
+                raise ValueError("a slice is a [dimension, value] pair of short strings")
+    return tuple(slices)
 
 
 def slices_record(slices: Iterable[Slice]) -> list[list[str]]:

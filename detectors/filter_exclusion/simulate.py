@@ -1,6 +1,6 @@
 """The filter-exclusion detector's series in ``rag-monitor rules backtest --simulate``: one
 labelled query a minute, 0.01 of them falsely excluded, 0.06 during a ``false_exclusion``
-incident."""
+incident; by slice too when slices are configured."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from monitor.names import ELIGIBLE_QUERIES_TOTAL, FALSE_EXCLUSIONS_TOTAL
+from monitor.names import (
+    ELIGIBLE_QUERIES_TOTAL,
+    FALSE_EXCLUSIONS_TOTAL,
+    SLICE_EXCLUSION_QUERIES_TOTAL,
+    SLICE_FALSE_EXCLUSIONS_TOTAL,
+)
 from monitor.rulekit.simulation import SimulatedWorld
 
 HEALTHY_FALSE_EXCLUSION = 0.01
@@ -21,3 +26,5 @@ def series(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
     world.samples.add(ELIGIBLE_QUERIES_TOTAL, world.labels, labelled)
     share = world.rate("false_exclusion", HEALTHY_FALSE_EXCLUSION, INCIDENT_FALSE_EXCLUSION)
     world.samples.add(FALSE_EXCLUSIONS_TOTAL, world.labels, world.rng.binomial(labelled, share))
+    names = (SLICE_EXCLUSION_QUERIES_TOTAL, SLICE_FALSE_EXCLUSIONS_TOTAL)
+    world.add_slices(names, {}, labelled, share)

@@ -1,6 +1,7 @@
 """The latency detector's series in ``rag-monitor rules backtest --simulate``: a histogram
 per stage with a latency SLO (and ``total``). Latency is lognormal: the total's p95 is
-1.2 s (p50 0.53 s), 2.5 s during a ``latency`` incident; every other stage's p95 is 0.3 s."""
+1.2 s (p50 0.53 s), 2.5 s during a ``latency`` incident; every other stage's p95 is 0.3 s.
+With slices configured, each SLO stage's requests slower than its threshold_s by slice."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from numpy.typing import NDArray
 
 from detectors.latency.names import STAGE_LATENCY_SECONDS
 from monitor.buckets import LATENCY_BUCKETS
+from monitor.names import SLICE_LATENCY_REQUESTS_TOTAL, SLICE_LATENCY_SLOW_TOTAL
 from monitor.rulekit.simulation import Samples, SimulatedWorld
 
 HEALTHY_P95_S = 1.2
@@ -30,6 +32,12 @@ def series(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
             p95 = np.full(world.steps, HEALTHY_P95_S / 4)
         buckets = latency_buckets(p95, world.requests, world.rng)
         add_histogram(world.samples, {**world.labels, "stage": stage}, p95, world.requests, buckets)
+        slo = guardrails.latency_slo.get(stage)
+        if slo is not None:
+            fast = buckets[:, LATENCY_BUCKETS.index(slo.threshold_s)]
+            slow_share = 1 - fast / np.maximum(world.requests, 1)
+            names = (SLICE_LATENCY_REQUESTS_TOTAL, SLICE_LATENCY_SLOW_TOTAL)
+            world.add_slices(names, {"stage": stage}, world.requests, slow_share)
 
 
 def latency_buckets(

@@ -11,7 +11,7 @@ from detectors.review.commands import COMMANDS
 from detectors.review.config import ReviewConfig
 from monitor.components import BuildContext, DetectorComponent
 from monitor.detector import Detector
-from monitor.shared import COMPARED_WITH_REVIEW, REVIEW_ENABLED, Provision
+from monitor.shared import COMPARED_WITH_REVIEW, REVIEW_ENABLED, SLICER, Provision
 
 
 def _build(config: ReviewConfig, context: BuildContext) -> Detector:
@@ -28,6 +28,7 @@ def _build(config: ReviewConfig, context: BuildContext) -> Detector:
         token=context.token,
         state_max_bytes=context.service.state_max_bytes,
         rules=context.shared[COMPARED_WITH_REVIEW],
+        slicer=context.shared[SLICER],
     )
 
 

@@ -36,6 +36,7 @@ from detectors.review.store import ReviewStore
 from monitor.kafka_connection import KafkaConnection
 from monitor.rulekit.prediction_powered import RANDOM_STRATUM
 from monitor.shared import PassRules
+from monitor.slicing import Slicer
 from monitor.state import DEFAULT_STATE_MAX_BYTES, shared_state_dir
 from monitor.trace import Event, Label, RagTrace
 from monitor.variants import OTHER, PRODUCTION, bounded_label, variant_of
@@ -73,11 +74,16 @@ class ReviewDetector:
         clock: Callable[[], float] = time.time,
         state_max_bytes: int = DEFAULT_STATE_MAX_BYTES,
         rules: PassRules | None = None,
+        slicer: Slicer | None = None,
     ) -> None:
         self.config = config
+        self._slicer = slicer or Slicer()
         self.registry = registry
         self.metrics = ReviewMetrics(
-            registry, enabled=config.enabled, compared=tuple(sorted(rules or ()))
+            registry,
+            enabled=config.enabled,
+            compared=tuple(sorted(rules or ())),
+            slicer=self._slicer,
         )
         self._state_dir = state_dir
         if config.enabled:  # review.sqlite3 shows in rag_monitor_state_bytes{file}
@@ -86,7 +92,9 @@ class ReviewDetector:
         self._emit = emit
         self._token = token
         self._clock = clock
-        self.sampler = ReviewSampler(config, self.metrics, self._offer, clock, rules)
+        self.sampler = ReviewSampler(
+            config, self.metrics, self._offer, clock, rules, slicer=self._slicer
+        )
         # The evaluation label's allow-list: an item from a replica configured otherwise
         # may carry a name this one does not compare; it counts as other.
         self._compared = frozenset(rules or ())
@@ -171,6 +179,8 @@ class ReviewDetector:
             hhem = "supported" if item.hhem_score >= item.hhem_threshold else "unsupported"
             judge = judge_of(item)
             self.metrics.judge_agreement(judge, stratum, hhem, verdict.supported).inc()
+            slices = self._slicer.kept(item.slices)
+            self.metrics.slice_agreement(slices, judge, stratum, hhem, verdict.supported)
         for name, outcome in item.evaluations:
             evaluation = bounded_label(name, self._compared)
             self.metrics.evaluation_agreement.labels(

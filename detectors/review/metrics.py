@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -15,8 +16,13 @@ from detectors.review.names import (
     SKIPPED_TOTAL,
 )
 from monitor.missing import MissingInputs
-from monitor.names import EVALUATION_AGREEMENT_TOTAL, JUDGE_AGREEMENT_TOTAL
+from monitor.names import (
+    EVALUATION_AGREEMENT_TOTAL,
+    JUDGE_AGREEMENT_TOTAL,
+    SLICE_JUDGE_AGREEMENT_TOTAL,
+)
 from monitor.rulekit.prediction_powered import RANDOM_STRATUM
+from monitor.slicing import Slice, SliceCounter, Slicer
 from monitor.variants import OTHER
 
 # The agreement counters' stratum: random (the item was drawn at random, whatever else
@@ -34,6 +40,7 @@ class ReviewMetrics:
         *,
         enabled: bool = True,
         compared: tuple[str, ...] = (),
+        slicer: Slicer | None = None,
     ) -> None:
         # A trace without a query or an answer gives a reviewer nothing to judge.
         self.missing = MissingInputs(registry, "review", ("query", "answer") if enabled else ())
@@ -62,6 +69,15 @@ class ReviewMetrics:
             registry=registry,
         )
         self._judges: set[str] = set()
+        self._slice_agreement = SliceCounter(
+            slicer or Slicer(),
+            SLICE_JUDGE_AGREEMENT_TOTAL,
+            "Reviewed items the faithfulness judge scored, as the judge agreement counter "
+            "counts them, by the slices of their request.",
+            registry,
+            ["stratum", "hhem", "human", "judge"],
+        )
+        self._slice_judges: set[tuple[Slice, str]] = set()
         self.evaluation_agreement = Counter(
             EVALUATION_AGREEMENT_TOTAL,
             "Reviewed items with a result of an evaluation set compare_with_review, by "
@@ -107,3 +123,17 @@ class ReviewMetrics:
                                 cell_stratum, cell_verdict, cell_human, judge
                             )
         return self._judge_agreement.labels(stratum, verdict, human, judge)
+
+    def slice_agreement(
+        self, slices: tuple[Slice, ...], judge: str, stratum: str, verdict: str, human: str
+    ) -> None:
+        """One reviewed item in each of its slices; a (slice, judge)'s first review creates
+        all its cells, as ``judge_agreement`` does."""
+        with self._lock:
+            for found in slices:
+                if (found, judge) in self._slice_judges:
+                    continue
+                self._slice_judges.add((found, judge))
+                for cell in itertools.product(AGREEMENT_STRATA, JUDGE_VERDICTS, SUPPORTED):
+                    self._slice_agreement.inc((found,), *cell, judge, amount=0.0)
+        self._slice_agreement.inc(slices, stratum, verdict, human, judge)

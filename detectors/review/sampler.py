@@ -45,6 +45,7 @@ from detectors.review.model import (
 )
 from monitor.sampler import TokenBucket, trace_fraction
 from monitor.shared import PassRules
+from monitor.slicing import Slicer
 from monitor.trace import (
     EvaluationResult,
     Event,
@@ -113,9 +114,11 @@ def judged(result: EvaluationResult, rules: PassRules) -> tuple[str, EvaluationO
     return result.name, "pass" if verdict else "fail"
 
 
-def item_of(trace: RagTrace, rules: PassRules | None = None) -> ReviewItem | None:
+def item_of(
+    trace: RagTrace, rules: PassRules | None = None, slicer: Slicer | None = None
+) -> ReviewItem | None:
     """The review item of a trace, with the outcomes of its results of evaluations in
-    ``rules``; None when it has no query or no answer to review."""
+    ``rules`` and its slices; None when it has no query or no answer to review."""
     if not trace.query or not trace.answer:
         return None
     item = ReviewItem(
@@ -126,6 +129,7 @@ def item_of(trace: RagTrace, rules: PassRules | None = None) -> ReviewItem | Non
         contexts=tuple(ReviewContext(c.doc_id, c.chunk_id, c.text) for c in trace.contexts),
         tenant=trace.tenant,
         session_id=trace.session_id,
+        slices=slicer.of(trace) if slicer is not None else (),
     )
     for result in trace.evaluations:
         found = judged(result, rules or {})
@@ -204,8 +208,11 @@ class ReviewSampler:
         sink: Callable[[Action], bool],
         clock: Callable[[], float] = time.time,
         rules: PassRules | None = None,
+        *,
+        slicer: Slicer | None = None,
     ) -> None:
         self._config = config
+        self._slicer = slicer
         self._rules: PassRules = rules or {}
         self._metrics = metrics
         self._sink = sink
@@ -229,7 +236,7 @@ class ReviewSampler:
         }
 
     def observe(self, trace: RagTrace) -> None:
-        item = item_of(trace, self._rules)
+        item = item_of(trace, self._rules, self._slicer)
         if item is None:
             if not trace.query:
                 self._metrics.missing.count("query")

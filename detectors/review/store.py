@@ -34,6 +34,7 @@ from detectors.review.model import (
     Verdict,
     with_evaluation,
 )
+from monitor.slicing import slices_from_record, slices_record
 from monitor.trace import (
     Spans,
     TierVerdict,
@@ -84,6 +85,7 @@ def item_record(item: ReviewItem) -> dict[str, Any]:
         "hhem_threshold": item.hhem_threshold,
         "judge": item.judge,
         **verdict_parts_record(item.spans, item.tiers),
+        **({"slices": slices_record(item.slices)} if item.slices else {}),
         "feedback": list(item.feedback),
         "evaluations": dict(item.evaluations),
         "queued_at": item.queued_at,
@@ -112,6 +114,7 @@ def item_from_record(record: Mapping[str, Any]) -> ReviewItem:
         judge=None if record.get("judge") is None else str(record["judge"]),
         spans=spans_from_record(record.get("spans", [])),
         tiers=tiers_from_record(record.get("tiers", [])),
+        slices=slices_from_record(record.get("slices", [])),
         feedback=tuple(str(kind) for kind in record.get("feedback", ())),
         evaluations=_evaluations(record.get("evaluations", {})),
         queued_at=float(record.get("queued_at", 0.0)),

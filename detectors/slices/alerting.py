@@ -38,10 +38,12 @@ from monitor.names import (
     SLICE_FAITHFULNESS_BELOW_TOTAL,
     SLICE_FAITHFULNESS_SCORED_TOTAL,
     SLICE_FALSE_EXCLUSIONS_TOTAL,
+    SLICE_JUDGE_AGREEMENT_TOTAL,
     SLICE_LATENCY_REQUESTS_TOTAL,
     SLICE_LATENCY_SLOW_TOTAL,
     slice_recording,
 )
+from monitor.rulekit.corrected_rules import CorrectedShare, CorrectionEvidence
 from monitor.rulekit.evidence import BoundedShare, Side, derivation, hold_for, window_z
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.rulekit.promql import (
@@ -103,6 +105,15 @@ FALSE_EXCLUSION = _share(
     side="lower",
     by=BY_SLICE,
 )
+# Corrected by the slice's own random reviews, where they suffice (as the global share).
+CORRECTED = CorrectedShare(
+    prefix="slice_faithfulness",
+    agreement=SLICE_JUDGE_AGREEMENT_TOTAL,
+    judge_yes='hhem="supported"',
+    judged_share=FAITHFULNESS.share,
+    judged_count=FAITHFULNESS.count,
+    by=BY_JUDGE_SLICE,
+)
 LATENCY_SLOW = _share(
     "latency_slow",
     "latency_requests",
@@ -133,10 +144,15 @@ def _slice_guardrails(config: SlicesConfig, guardrails: GuardrailsConfig) -> Rul
     stages = guardrails.latency_slo
     shares_z = window_z(guardrails, "ticket", windows, series=slices)
     latency_z = window_z(guardrails, "ticket", windows, series=slices * len(stages))
-    recording: list[dict[str, Any]] = []
+    correction = guardrails.review_correction
+    [(_, bias_z)] = window_z(guardrails, "ticket", [correction.window], sides=2, series=slices)
+    recording = CORRECTED.review_recording(correction.window, bias_z)
     alerting = []
     for (window, z), (_, stage_z) in zip(shares_z, latency_z, strict=True):
         recording += FAITHFULNESS.recording(window, z)
+        corrected = CORRECTED.debiased(window, "upper_bound")
+        recording += CORRECTED.recording(window, correction.window, [(corrected, z)])
+        evidence = CorrectionEvidence(correction, FAITHFULNESS.count(window), guardrails.min_events)
         recording += FALSE_EXCLUSION.recording(window, z)
         recording += LATENCY_SLOW.recording(window, stage_z)
         alerting += [
@@ -145,12 +161,17 @@ def _slice_guardrails(config: SlicesConfig, guardrails: GuardrailsConfig) -> Rul
                 "RagSliceFaithfulnessLow",
                 FAITHFULNESS,
                 window,
-                f"{FAITHFULNESS.bound(window)} < {guardrails.faithfulness_min}",
+                CORRECTED.page_expr(
+                    FAITHFULNESS.bound(window), corrected, guardrails.faithfulness_min, evidence
+                ),
                 summary=f"Fewer than {percent(guardrails.faithfulness_min)} of sampled answers "
                 f"are faithful in {WHERE}",
                 counted="answers scored by the judge {{ $labels.judge }}",
                 what="reached the faithfulness threshold; even the upper bound of that share",
-                breach=f"is below the guardrail of {percent(guardrails.faithfulness_min)}",
+                breach=f"is below the guardrail of {percent(guardrails.faithfulness_min)} "
+                "(estimate {{ $labels.estimate }}: corrected by the slice's own random "
+                f"reviews once {correction.min_random_reviews} exist in the last "
+                f"{correction.window}, the judge's own bound until then)",
                 labels=("job", "judge", "dimension", "slice"),
             ),
             _ticket(

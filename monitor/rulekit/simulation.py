@@ -188,6 +188,23 @@ class SimulatedWorld:
         drawn = self.rng.multinomial(counts, np.full(len(keys), 1 / len(keys)))
         return {key: drawn[:, index] for index, key in enumerate(keys)}
 
+    def add_slices(
+        self,
+        names: tuple[str, str],
+        labels: dict[str, str],
+        events: NDArray[np.int64],
+        share: NDArray[np.float64],
+    ) -> None:
+        """A guardrail's slice counters (``names``: events, hits), with the events spread
+        over the cells and each cell's hits drawn at ``share`` (the global rate; the slice
+        counters are drawn apart from the global ones). Nothing when slices are off."""
+        cells = self.cells(events)
+        hits = slice_totals({key: self.rng.binomial(count, share) for key, count in cells.items()})
+        for (dimension, value), count in slice_totals(cells).items():
+            cell = {**self.target, **labels, "dimension": dimension, "slice": value}
+            self.samples.add(names[0], cell, count)
+            self.samples.add(names[1], cell, hits[dimension, value])
+
 
 def slice_totals(
     cells: dict[tuple[str, str], NDArray[np.int64]],

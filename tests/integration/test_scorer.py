@@ -176,7 +176,8 @@ def test_two_sidecars_two_scorers_score_each_sampled_pair_once(
 ) -> None:
     """2,000 traces at 0.1 plus 50 thumbs-down: every sampled pair is judged once summed over
     two scorers, republished pairs count as duplicates, every score reaches both sidecars
-    as a JudgeScore event, and the shared review queue takes each as low faithfulness."""
+    as a JudgeScore event, and the shared review queue takes each as low faithfulness. The
+    scorers count each scored pair in the slices its sidecar sent with it."""
     topics = setup_topics(broker, 2)
     # threshold 1.0: every score is low, so review queues every scored trace
     section = faithfulness(tmp_path, topics, sample_rate=0.1, threshold=1.0)
@@ -188,10 +189,11 @@ def test_two_sidecars_two_scorers_score_each_sampled_pair_once(
         "low_faithfulness_rate": 1.0, "weekly_reading": 0, "http": {"port": 0},
         "topic": review_topic, "max_per_hour": {"low_faithfulness": 10_000},
     }  # fmt: skip
+    sections["detectors"]["slices"] = {"intents": ["shipping"]}
     pool = scorers(sections, 2)
     sidecars = start_sidecars(start_sidecar, sections, 2, tmp_path)
     wait_partitions(pool, 2)
-    sent = traces(2000)
+    sent = traces(2000, intent="shipping")
     rated = {tid for tid, _ in sent if trace_fraction(tid) < 0.1}
     disliked = [(i, tid) for i, (tid, _) in enumerate(sent) if tid not in rated][:50]
     broker.produce(topics["traces"], [value for _, value in sent], partitions=2)
@@ -214,6 +216,16 @@ def test_two_sidecars_two_scorers_score_each_sampled_pair_once(
         expected
     )
     assert all(s.metric("rag_judge_scorer_pairs_total", outcome="judged") for s in pool)
+    sliced = {
+        (dimension, value): scorer_total(
+            pool, "rag_slice_faithfulness_scored_total", dimension=dimension, slice=value
+        )
+        for dimension, value in (("intent", "shipping"), ("document_type", "none"))
+    }
+    assert sliced == {
+        ("intent", "shipping"): len(expected),
+        ("document_type", "none"): len(expected),
+    }
     assert all(scores.seen.keys() == expected for _, scores in sidecars)
     for sidecar, _ in sidecars:  # each replica queued its own; the topic shares them
         wait_until(functools.partial(low_faithfulness, sidecar, len(expected)), 30)

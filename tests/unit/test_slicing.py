@@ -3,7 +3,9 @@ its production verdicts by them (monitor/slicing.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 import orjson
 import pytest
@@ -20,6 +22,11 @@ from detectors.filter_exclusion.config import FilterExclusionConfig
 from detectors.filter_exclusion.detector import FilterExclusionDetector
 from detectors.latency.config import LatencyConfig
 from detectors.latency.detector import LatencyDetector
+from detectors.review.config import ReviewConfig
+from detectors.review.detector import ReviewDetector
+from detectors.review.model import Verdict
+from detectors.review.sampler import item_of
+from detectors.review.store import item_from_record, item_record
 from detectors.slices.config import SlicesConfig
 from monitor.config import Config, shared_values
 from monitor.names import (
@@ -29,6 +36,7 @@ from monitor.names import (
     SLICE_FAITHFULNESS_BELOW_TOTAL,
     SLICE_FAITHFULNESS_SCORED_TOTAL,
     SLICE_FALSE_EXCLUSIONS_TOTAL,
+    SLICE_JUDGE_AGREEMENT_TOTAL,
     SLICE_LATENCY_REQUESTS_TOTAL,
     SLICE_LATENCY_SLOW_TOTAL,
 )
@@ -174,3 +182,32 @@ def test_a_slice_without_failures_has_its_failure_series_at_zero() -> None:
         if s.name == SLICE_LATENCY_SLOW_TOTAL and s.labels["slice"] == "billing"
     ]
     assert [s.value for s in slow] == [0.0]
+
+
+def test_a_verdict_counts_judge_agreement_in_the_items_slices(tmp_path: Path) -> None:
+    """The review item keeps its request's slices (through its record, as the store and
+    the topic hold it); a verdict counts the agreement in each, with every cell of a new
+    (slice, judge) at 0; a slice this replica does not configure is not counted."""
+    registry = CollectorRegistry()
+    config = ReviewConfig.model_validate({"enabled": True, "http": {"enabled": False}})
+    detector = ReviewDetector(config, registry, tmp_path, slicer=SLICER_4)
+    served = trace("a1", query="How long do refunds take?", answer="A year.")
+    item = item_of(served, slicer=SLICER_4)
+    assert item is not None
+    item = replace(item_from_record(item_record(item)), strata=("random",), hhem_score=0.9,
+                   hhem_threshold=0.5, judge="hhem/m@1/t0.5")  # fmt: skip
+    foreign = replace(item, trace_id="a2", slices=(("intent", "<b>spam</b>"),))
+    detector.on_verdict(item, Verdict("a1", "no"))
+    detector.on_verdict(foreign, Verdict("a2", "no"))
+    cells = {
+        (s.labels["dimension"], s.labels["slice"], s.labels["hhem"], s.labels["human"]): s.value
+        for family in registry.collect()
+        for s in family.samples
+        if s.name == SLICE_JUDGE_AGREEMENT_TOTAL and s.labels["stratum"] == "random"
+    }
+    assert cells[("intent", "billing", "supported", "no")] == 1
+    assert cells[("document_type", PDF, "supported", "no")] == 1
+    assert cells[("intent", "billing", "supported", "yes")] == 0
+    assert {key[:2] for key in cells} == {
+        ("intent", "billing"), ("document_type", PDF), ("document_type", "other"),
+    }  # fmt: skip
