@@ -40,7 +40,7 @@ from demo.service import (
     SyntheticRagService,
     probe_and_gold,
 )
-from demo.view import Links, LiveView, Snapshot, as_json
+from demo.view import WINDOW_SHARE, Links, LiveView, Snapshot, as_json
 from monitor.config import Config
 
 log = structlog.get_logger("rag_monitor.demo")
@@ -52,12 +52,19 @@ PLAIN_EVERY_S = 10.0  # otherwise
 # Erase the screen once; then each frame goes home, ends each line with erase-to-end and
 # the frame with erase-below, so that a redraw neither flickers nor leaves old text.
 CLEAR, HOME, ERASE_LINE, ERASE_BELOW = "\x1b[2J", "\x1b[H", "\x1b[K", "\x1b[J"
+# Answers the faithfulness judge scores from the random stratum alone in the view's window
+# (a tenth of the cycle); the probes and thumbs-downs it always scores come on top: about
+# 140 production answers in the default cycle's 30 s window, on which the page's upper
+# bound falls below the guardrail 10-20 s into the 45 s "answers stray" incident. A shorter
+# cycle asks more answers a second of the judge (the default's: about 6 with the twins).
+SCORED_PER_WINDOW = 60
 
 
-def with_demo_settings(config: Config) -> Config:
+def with_demo_settings(config: Config, cycle_s: float = DEFAULT_CYCLE_S) -> Config:
     """The demo's golden set (unless the config names one), drift windows sized to its
-    20 requests/s, so that the incidents show within minutes, the review queue on, and
-    its intents and document types sliced (unless the config names intents)."""
+    20 requests/s, so that the incidents show within minutes, faithfulness sampled enough
+    for the view's window of a ``cycle_s`` cycle, the review queue on, and its intents and
+    document types sliced (unless the config names intents)."""
     detectors = config.detectors
     filter_exclusion = detectors.filter_exclusion
     if filter_exclusion.golden_set is None:
@@ -83,7 +90,16 @@ def with_demo_settings(config: Config) -> Config:
         )
     # The demo's shadow twins are paired (README "Shadow comparison").
     shadow = detectors.shadow.model_copy(update={"enabled": True})
+    # A share of the requests (and their twins) to the judge: SCORED_PER_WINDOW a window.
+    per_s = SCORED_PER_WINDOW / (cycle_s * WINDOW_SHARE)
+    faithfulness = detectors.faithfulness.model_copy(
+        update={
+            "sample_rate": min(1.0, per_s / RATE_PER_S),
+            "max_per_second": max(detectors.faithfulness.max_per_second, 2 * per_s),
+        }
+    )
     update = {
+        "faithfulness": faithfulness,
         "filter_exclusion": filter_exclusion,
         "drift": drift,
         "review": review,
@@ -121,7 +137,7 @@ def run_demo(
     The live view evaluates exactly the conditions ``rag-monitor rules`` generates
     (``alerts.rules.build_rules``), never its own copy.
     """
-    config = with_demo_settings(config)
+    config = with_demo_settings(config, duration_s or DEFAULT_CYCLE_S)
     # Before stderr goes to the log: the fetch's progress and where the models went are for
     # the person who started the demo, and the board erases the screen only after them.
     if not fetch_missing_models(config):

@@ -17,6 +17,8 @@ from typing import Any
 
 import structlog
 
+from demo.answers import answer, passage
+
 log = structlog.get_logger("rag_monitor.demo")
 
 RATE_PER_S = 20.0
@@ -63,6 +65,9 @@ THUMBS_DOWN_SHARE = 0.03
 FOLLOW_UP_SHARE = 0.03
 FEEDBACK_DELAY_S = 3.0
 FOLLOW_UPS = ("are you sure?", "but what about international orders?")
+# The faithfulness incident: this share of its answers stray from their contexts
+# (``demo.answers``), the rest stay faithful.
+STRAY_SHARE = 0.7
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,8 @@ class Incident:
 # The scripted timeline, as shares of one cycle.
 TIMELINE = (
     Incident("slow generate stage", 0.20, 0.40, "RagStageLatencySLOBreach"),
-    Incident("cost spike (long prompts)", 0.50, 0.65, "RagCostPerQueryHigh"),
+    Incident("answers stray from the sources", 0.40, 0.55, "RagFaithfulnessLow"),
+    Incident("cost spike (long prompts)", 0.55, 0.70, "RagCostPerQueryHigh"),
     Incident("bad locale filter", 0.70, 0.85, "RagFilterFalseExclusionHigh"),
     Incident("query-mix shift", 0.85, 1.00, "RagQueryDriftDetected"),
 )
@@ -109,6 +115,7 @@ class DemoRequest:
     locale: str
     excluded: list[str]  # removed by the relevance filter
     vector: list[float]
+    stray: bool = False  # the answer strays from the contexts (``demo.answers``)
     attributes: dict[str, str] = field(default_factory=dict)  # variant and pair id
 
 
@@ -239,6 +246,7 @@ class SyntheticRagService:
             # The bad predicate drops the top document (a probe's gold) with another one.
             excluded=[documents[0], documents[4]] if bad_locale else [],
             vector=[rng.gauss(shift if i < 4 else 0.0, 1.0) for i in range(DIMENSIONS)],
+            stray=name.startswith("answers stray") and rng.random() < STRAY_SHARE,
         )
 
     def _react(self, rng: random.Random, trace_id: str) -> None:
@@ -285,13 +293,19 @@ def _weighted(rng: random.Random, choices: tuple[tuple[str, str, float], ...]) -
 
 
 def _documents(
-    prefix: str, doc_ids: list[str], types: dict[str, str], *, tenant: str, locale: str
+    prefix: str,
+    doc_ids: list[str],
+    types: dict[str, str],
+    *,
+    tenant: str,
+    intent: str,
+    locale: str,
 ) -> dict[str, Any]:
     attributes: dict[str, Any] = {}
     for index, doc_id in enumerate(doc_ids):
         base = f"{prefix}.{index}.document"
         attributes[f"{base}.id"] = doc_id
-        attributes[f"{base}.content"] = f"synthetic passage {doc_id}"
+        attributes[f"{base}.content"] = passage(doc_id, tenant, intent)
         attributes[f"{base}.score"] = round(0.9 - 0.1 * index, 3)
         # file_type as LlamaIndex's readers set it (detectors.slices.document_type_key)
         metadata = {"tenant": tenant, "locale": locale, "file_type": types[doc_id]}
@@ -323,11 +337,13 @@ def shadow_of(request: DemoRequest, rng: random.Random) -> DemoRequest:
 
 
 def _send(tracer: Any, request: DemoRequest) -> str:
-    """Emit ``request`` as a CHAIN root with its four stages; returns the trace id."""
+    """Emit ``request`` as a CHAIN root with its four stages, its answer generated from
+    the first document the filter kept; returns the trace id."""
     from opentelemetry.trace import set_span_in_context
 
     now = time.time_ns()
     retrieved = [d for d in request.documents if d not in request.excluded]
+    said = answer(retrieved[0], request.tenant, request.intent, stray=request.stray)
     types = dict(zip(request.documents, request.document_types, strict=True))
     root = tracer.start_span(
         "rag.request",
@@ -335,7 +351,7 @@ def _send(tracer: Any, request: DemoRequest) -> str:
         attributes={
             "openinference.span.kind": "CHAIN",
             "input.value": request.query,
-            "output.value": "synthetic answer",
+            "output.value": said,
             "rag.tenant": request.tenant,
             "rag.intent": request.intent,
             "session.id": request.session,
@@ -344,7 +360,9 @@ def _send(tracer: Any, request: DemoRequest) -> str:
         },
     )
     context = set_span_in_context(root)
-    documents = functools.partial(_documents, tenant=request.tenant, locale=request.locale)
+    documents = functools.partial(
+        _documents, tenant=request.tenant, intent=request.intent, locale=request.locale
+    )
     stages: tuple[tuple[str, dict[str, Any]], ...] = (
         ("embed", {
             "openinference.span.kind": "EMBEDDING", "embedding.model_name": EMBEDDER[0],
