@@ -703,3 +703,27 @@ def kafka_trouble(process: SidecarProcess) -> list[dict[str, Any]]:
         or event["event"] == "kafka_unavailable"
         or "rebalance listener" in event["event"].lower()
     ]
+
+
+@contextlib.contextmanager
+def headless_chromium(width: int, height: int) -> Iterator[Any]:
+    """Debian's chromium driven by selenium through chromium-driver, headless, quit after;
+    the test skips where either is missing."""
+    webdriver = pytest.importorskip("selenium.webdriver", reason="pip install -e '.[dev]'")
+    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    if chromium is None or driver_path is None:
+        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install them)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        f"--window-size={width},{height}",
+    ):
+        options.add_argument(flag)
+    browser = webdriver.Chrome(options=options, service=webdriver.ChromeService(driver_path))
+    try:
+        yield browser
+    finally:
+        browser.quit()

@@ -11,7 +11,6 @@ screenshot docs/pages/images/weekly-report.png."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,7 +30,7 @@ from alerts.simulate import simulate, write_openmetrics
 from monitor.components import load_components
 from monitor.config import load_config
 from monitor.rulekit.simulation import DEFAULT_START_S, World
-from tests.integration.conftest import binary
+from tests.integration.conftest import binary, headless_chromium
 
 pytestmark = pytest.mark.integration
 
@@ -239,20 +238,11 @@ def test_every_section_has_data_in_html_and_markdown(prometheus: str, tmp_path: 
 def test_the_page_renders_its_figures_and_runs_no_hostile_text(
     prometheus: str, tmp_path: Path
 ) -> None:
-    webdriver = pytest.importorskip("selenium.webdriver", reason="pip install -e '.[dev]'")
-    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    if chromium is None or driver_path is None:
-        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install them)")
-    from selenium.webdriver.common.by import By
-
     out = tmp_path / "guardrails.html"
     _report(prometheus, out)
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1100,1400"):
-        options.add_argument(flag)
-    browser = webdriver.Chrome(options=options, service=webdriver.ChromeService(driver_path))
-    try:
+    with headless_chromium(1100, 1400) as browser:
+        from selenium.webdriver.common.by import By
+
         browser.get(out.as_uri())
         images = browser.find_elements(By.TAG_NAME, "img")
         assert len(images) == 6
@@ -273,5 +263,3 @@ def test_the_page_renders_its_figures_and_runs_no_hostile_text(
         browser.save_screenshot(str(IMAGES / "weekly-report.png"))
         first = browser.find_elements(By.TAG_NAME, "img")[0]
         first.screenshot(str(IMAGES / "weekly-report-faithfulness.png"))
-    finally:
-        browser.quit()

@@ -5,7 +5,6 @@ test writes the docs site's screenshots to docs/pages/images/review-*.png."""
 
 from __future__ import annotations
 
-import shutil
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -28,6 +27,7 @@ from detectors.review.report import export_golden
 from detectors.review.store import ReviewStore
 from detectors.review.web import ReviewPage
 from monitor.rulekit.prediction_powered import ReviewedPairs
+from tests.integration.conftest import headless_chromium
 
 pytestmark = pytest.mark.integration
 
@@ -270,26 +270,15 @@ def test_review_five_items_with_the_keyboard(
     """Headless Chromium: open the page with the token, review five items and skip one with
     single keys, no hostile text runs; the verdicts reach the store, the golden set, the
     agreement counters by stratum and the corrected pass share."""
-    webdriver = pytest.importorskip("selenium.webdriver", reason="pip install -e '.[dev]'")
     # the judge (items without a judge name: HHEM) passed 40% of what it scored
     judged = {faithfulness_row(DEFAULT_JUDGE): (1000.0, 400.0)}
     [before] = pass_shares(random_pairs(store.reviewed(), since=0.0), judged)
     assert before.corrected is None  # no review yet: nothing to correct with
-    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    if chromium is None or driver_path is None:
-        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install them)")
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
+    with headless_chromium(1000, 1000) as browser:
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import WebDriverWait
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,1000"):
-        options.add_argument(flag)
-    browser = webdriver.Chrome(options=options, service=webdriver.ChromeService(driver_path))
-    try:
         _review_with_keys(browser, page, By, WebDriverWait)
-    finally:
-        browser.quit()
     reviewed = {item.trace_id: verdict for item, verdict in store.reviewed()}
     assert sorted(reviewed) == ["trace-0", "trace-1", "trace-2", "trace-4", "trace-hostile"]
     assert store.get("trace-3") is not None
