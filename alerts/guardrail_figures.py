@@ -69,7 +69,8 @@ def plot_png(plot: GuardrailPlot, report: GuardrailReport) -> bytes:
         axis.set_ylim(max(0.0, axis.get_ylim()[0]), min(1.0, axis.get_ylim()[1]))
     axis.set_xlim(when(report.since), when(report.until))
     axis.set_title(f"{g.title}: red spans = {', '.join(g.alerts)} firing; dashed = events")
-    axis.legend(loc="upper left", fontsize=7, ncol=3)
+    # Below the axes: inside, the legend of a share near 1 would hide its lines.
+    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), fontsize=7, ncol=3)
     figure.autofmt_xdate()
     figure.tight_layout()
     return png_bytes(figure)

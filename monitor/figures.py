@@ -24,9 +24,10 @@ def pyplot() -> Any:
 
 
 def png_bytes(figure: Any, dpi: int = 110) -> bytes:
-    """``figure`` as PNG, and closed: a report draws many and keeps none."""
+    """``figure`` as PNG, and closed: a report draws many and keeps none. Cut to what is
+    drawn, a legend outside the axes included."""
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi)
+    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
     pyplot().close(figure)
     return buffer.getvalue()
 
