@@ -7,9 +7,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from monitor.components import Command
+
+if TYPE_CHECKING:
+    from monitor.config import Config
 
 
 def _rules_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +32,7 @@ def _rules_arguments(parser: argparse.ArgumentParser) -> None:
     add_arguments(backtest)
 
 
-def _rules(args: argparse.Namespace, config: Any) -> int:
+def _rules(args: argparse.Namespace, config: Config) -> int:
     from alerts.rules import render_rules
 
     if args.rules_action == "backtest":
@@ -44,7 +47,7 @@ def _no_arguments(parser: argparse.ArgumentParser) -> None:
     pass
 
 
-def _dashboard(args: argparse.Namespace, config: Any) -> int:
+def _dashboard(args: argparse.Namespace, config: Config) -> int:
     from alerts.dashboard import render_dashboard
 
     sys.stdout.write(render_dashboard(config))
@@ -67,7 +70,7 @@ def _docs_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _docs_reference(args: argparse.Namespace, config: Any) -> int:
+def _docs_reference(args: argparse.Namespace, config: Config) -> int:
     from alerts.reference import write_pages
 
     for path in write_pages(args.out):
@@ -98,7 +101,7 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("guardrails.html"), help=".html or .md")
 
 
-def _report(args: argparse.Namespace, config: Any) -> int:
+def _report(args: argparse.Namespace, config: Config) -> int:
     from alerts.guardrail_report import summary, write_report
     from monitor.extras import require_extra
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from monitor.components import DetectorComponent
 from monitor.config import Config, detector_section
@@ -50,7 +51,7 @@ PROMTOOL_TESTS = [Path(__file__).parent / "tests" / "coverage_test.yaml"]
 BY = "job, field, instrumentation"
 
 
-def needed_fields(config: Config, components: Sequence[DetectorComponent]) -> list[str]:
+def needed_fields(config: Config, components: Sequence[DetectorComponent[Any]]) -> list[str]:
     """The fields the configured detectors read, in a stable order."""
     needed: set[str] = set()
     for component in components:
@@ -73,7 +74,7 @@ def missing_share(fields: Sequence[str]) -> BoundedShare:
     )
 
 
-def rules(config: Config, components: Sequence[DetectorComponent]) -> RuleFragment:
+def rules(config: Config, components: Sequence[DetectorComponent[Any]]) -> RuleFragment:
     """The missing share, its count and lower bound, and the ticket, for the needed fields."""
     fields = needed_fields(config, components)
     if not fields:

@@ -90,7 +90,7 @@ def variant_variable(datasource: dict[str, str]) -> dict[str, Any]:
 
 
 def dashboard_rows(
-    config: Config, components: Sequence[DetectorComponent] | None = None
+    config: Config, components: Sequence[DetectorComponent[Any]] | None = None
 ) -> list[Row]:
     """The rows of the dashboard: the guardrails now, the registered detector components'
     (or ``components``') by ``order``, the collector components', then what the monitor
@@ -111,7 +111,7 @@ def dashboard_rows(
 
 
 def build_dashboard(
-    config: Config, components: Sequence[DetectorComponent] | None = None
+    config: Config, components: Sequence[DetectorComponent[Any]] | None = None
 ) -> dict[str, Any]:
     """The Grafana dashboard JSON model."""
     datasource = {"type": "prometheus", "uid": "${datasource}"}
@@ -277,7 +277,9 @@ def _plain_panel(
     }
 
 
-def render_dashboard(config: Config, components: Sequence[DetectorComponent] | None = None) -> str:
+def render_dashboard(
+    config: Config, components: Sequence[DetectorComponent[Any]] | None = None
+) -> str:
     """``build_dashboard`` as indented JSON with a trailing newline."""
     return json.dumps(build_dashboard(config, components), indent=2) + "\n"
 

@@ -79,7 +79,7 @@ def firing_alerts(document: dict[str, Any]) -> str:
 def guardrail_row(
     config: Config,
     document: dict[str, Any],
-    components: Sequence[DetectorComponent] | None = None,
+    components: Sequence[DetectorComponent[Any]] | None = None,
 ) -> Row:
     """The first row, from the rules ``document`` generated for ``config``."""
     panels = [_stat(g) for g in guardrails(config, document, components)]

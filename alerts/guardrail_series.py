@@ -93,7 +93,7 @@ def longest(windows: Sequence[str]) -> str:
 def guardrails(
     config: Config,
     document: dict[str, Any] | None = None,
-    components: Sequence[DetectorComponent] | None = None,
+    components: Sequence[DetectorComponent[Any]] | None = None,
 ) -> list[Guardrail]:
     """The guardrails whose recordings ``document`` (default: ``build_rules(config)``)
     generates, in the dashboard's order: faithfulness, false exclusion, latency per SLO
@@ -235,7 +235,7 @@ def _cost(config: Config, recorded: set[str]) -> list[Guardrail]:
 
 
 def _drift(
-    config: Config, chosen: Sequence[DetectorComponent], alerts: set[str]
+    config: Config, chosen: Sequence[DetectorComponent[Any]], alerts: set[str]
 ) -> list[Guardrail]:
     """The drift alert reads the detector's p-value gauge raw: no recording rule summarises
     a test."""

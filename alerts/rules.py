@@ -36,7 +36,7 @@ RECORDING_GROUP, ALERTS_GROUP = "rag-monitor.recording", "rag-monitor.alerts"
 
 
 def rule_fragments(
-    config: Config, components: Sequence[DetectorComponent] | None = None
+    config: Config, components: Sequence[DetectorComponent[Any]] | None = None
 ) -> list[tuple[str, RuleFragment]]:
     """(owner, fragment) for every detector component by ``order``, every collector
     component by ``order``, then the sidecar's own."""
@@ -55,7 +55,7 @@ def rule_fragments(
 
 
 def build_rules(
-    config: Config, components: Sequence[DetectorComponent] | None = None
+    config: Config, components: Sequence[DetectorComponent[Any]] | None = None
 ) -> dict[str, Any]:
     """The rule-file document for ``config`` (thresholds, windows, job) from the registered
     components (or ``components``) and the sidecar's own rules."""
@@ -78,7 +78,7 @@ def render_rules(
     config: Config,
     *,
     kubernetes: bool = False,
-    components: Sequence[DetectorComponent] | None = None,
+    components: Sequence[DetectorComponent[Any]] | None = None,
 ) -> str:
     """``build_rules(config)`` as a Prometheus rule file (YAML), or with
     ``kubernetes`` as a Prometheus Operator ``PrometheusRule`` object."""
@@ -115,7 +115,7 @@ def render_rules(
 
 
 def write_promtool_suite(
-    config: Config, directory: Path, components: Sequence[DetectorComponent] | None = None
+    config: Config, directory: Path, components: Sequence[DetectorComponent[Any]] | None = None
 ) -> list[Path]:
     """Write the rule file and a copy of every fragment's promtool test file into
     ``directory`` (the tests load ``rules.yaml`` beside them); return the test files.

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
@@ -33,8 +33,12 @@ from monitor.service_config import ServiceConfig
 from monitor.shared import Provision, SharedValues
 from monitor.trace import Event
 
-if TYPE_CHECKING:  # numpy loads only when a backtest simulates
+if TYPE_CHECKING:  # numpy loads only when a backtest simulates; config imports this module
+    from monitor.config import Config
     from monitor.rulekit.simulation import SimulatedWorld
+
+# A component's own validated config section: every hook of the component takes it typed.
+SectionT = TypeVar("SectionT", bound=BaseModel)
 
 ENTRY_POINT_GROUP = "rag_monitor.detectors"
 COLLECTOR_GROUP = "rag_monitor.collectors"
@@ -132,8 +136,8 @@ class Command:
     words: tuple[str] | tuple[str, str]
     help: str
     arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace, Any], int]
-    metrics: Callable[[Any, CollectorRegistry], None] | None = None
+    run: Callable[[argparse.Namespace, Config], int]
+    metrics: Callable[[Config, CollectorRegistry], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,7 @@ class ModelNeed:
 
 
 @dataclass(frozen=True)
-class ModelSupport:
+class ModelSupport(Generic[SectionT]):
     """How a detector's models are fetched and checked; each callable takes its section.
 
     ``needs``: what to fetch under this section (empty when nothing is read
@@ -165,24 +169,25 @@ class ModelSupport:
     model that is not on this machine.
     """
 
-    needs: Callable[[Any], Sequence[ModelNeed]]
-    load: Callable[[Any], None]
-    missing: Callable[[Any], list[str]]
+    needs: Callable[[SectionT], Sequence[ModelNeed]]
+    load: Callable[[SectionT], None]
+    missing: Callable[[SectionT], list[str]]
 
 
-def _no_rules(config: Any, guardrails: Any) -> RuleFragment:
+# The defaults of the hooks a component need not give: any section will do.
+def _no_rules(config: object, guardrails: GuardrailsConfig) -> RuleFragment:
     return RuleFragment()
 
 
-def _no_rows(config: Any, guardrails: Any) -> list[Row]:
+def _no_rows(config: object, guardrails: GuardrailsConfig) -> list[Row]:
     return []
 
 
-def _no_fields(config: Any, guardrails: Any) -> Collection[str]:
+def _no_fields(config: object, guardrails: GuardrailsConfig) -> Collection[str]:
     return ()
 
 
-def _no_series(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
+def _no_series(config: object, guardrails: GuardrailsConfig, world: SimulatedWorld) -> None:
     return None
 
 
@@ -190,16 +195,16 @@ def _no_metrics(registry: CollectorRegistry) -> None:
     return None
 
 
-def _no_extras(config: Any) -> None:
+def _no_extras(config: object) -> None:
     return None
 
 
-def _provides_nothing(config: Any) -> Sequence[Provision]:
+def _provides_nothing(config: object) -> Sequence[Provision]:
     return ()
 
 
 @dataclass(frozen=True)
-class DetectorComponent:
+class DetectorComponent(Generic[SectionT]):
     """A registered detector: its config model, how to build it, its rules and panels.
 
     ``order`` places its rules and dashboard rows among the others (lower first).
@@ -224,20 +229,21 @@ class DetectorComponent:
     """
 
     name: str
-    config_model: type[BaseModel]
+    config_model: type[SectionT]
     description: str
-    build: Callable[[Any, BuildContext], Detector]
-    rules: Callable[[Any, Any], RuleFragment] = _no_rules
-    rows: Callable[[Any, Any], list[Row]] = _no_rows
+    build: Callable[[SectionT, BuildContext], Detector]
+    rules: Callable[[SectionT, GuardrailsConfig], RuleFragment] = _no_rules
+    rows: Callable[[SectionT, GuardrailsConfig], list[Row]] = _no_rows
     order: int = 100
     commands: Sequence[Command] = ()
-    models: ModelSupport | None = None  # models read from disk (``rag-monitor models fetch``)
-    fields: Callable[[Any, Any], Collection[str]] = _no_fields
-    simulate: Callable[[Any, Any, SimulatedWorld], None] = _no_series
+    # models read from disk (``rag-monitor models fetch``)
+    models: ModelSupport[SectionT] | None = None
+    fields: Callable[[SectionT, GuardrailsConfig], Collection[str]] = _no_fields
+    simulate: Callable[[SectionT, GuardrailsConfig, SimulatedWorld], None] = _no_series
     incidents: tuple[str, ...] = ()
     late_metrics: Callable[[CollectorRegistry], None] = _no_metrics
-    require_extras: Callable[[Any], None] = _no_extras
-    provides: Callable[[Any], Sequence[Provision]] = _provides_nothing
+    require_extras: Callable[[SectionT], None] = _no_extras
+    provides: Callable[[SectionT], Sequence[Provision]] = _provides_nothing
 
 
 class Receiver(Protocol):
@@ -265,16 +271,12 @@ class CollectorContext:
     token: str | None  # the bearer token write endpoints require (service.auth_token_env)
 
 
-def _no_receiver(config: Any, context: CollectorContext) -> Receiver | None:
+def _no_receiver(config: object, context: CollectorContext) -> Receiver | None:
     return None
 
 
-class NoSettings(BaseModel):
-    """The config model of a component without settings: it has no config key."""
-
-
 @dataclass(frozen=True)
-class CollectorComponent:
+class CollectorComponent(Generic[SectionT]):
     """A registered collector (entry-point group ``rag_monitor.collectors``).
 
     Its settings are ``collectors.<section>`` (``section`` defaults to the name;
@@ -287,13 +289,13 @@ class CollectorComponent:
     """
 
     name: str
-    config_model: type[BaseModel] = NoSettings
+    config_model: type[SectionT]
     description: str = ""
     section: str = ""
-    build: Callable[[Any, CollectorContext], Receiver | None] = _no_receiver
-    assembly: Callable[[Any], TraceAssembly] | None = None
-    rules: Callable[[Any, Any], RuleFragment] = _no_rules
-    rows: Callable[[Any, Any], list[Row]] = _no_rows
+    build: Callable[[SectionT, CollectorContext], Receiver | None] = _no_receiver
+    assembly: Callable[[SectionT], TraceAssembly] | None = None
+    rules: Callable[[SectionT, GuardrailsConfig], RuleFragment] = _no_rules
+    rows: Callable[[SectionT, GuardrailsConfig], list[Row]] = _no_rows
     order: int = 100
 
     @property
@@ -302,7 +304,7 @@ class CollectorComponent:
         return self.section or self.name
 
 
-ComponentT = TypeVar("ComponentT", DetectorComponent, CollectorComponent)
+ComponentT = TypeVar("ComponentT", DetectorComponent[Any], CollectorComponent[Any])
 
 
 def _load(group: str, kind: type[ComponentT]) -> list[ComponentT]:
@@ -318,7 +320,7 @@ def _load(group: str, kind: type[ComponentT]) -> list[ComponentT]:
     return sorted(components, key=lambda component: (component.order, component.name))
 
 
-def load_components() -> Sequence[DetectorComponent]:
+def load_components() -> Sequence[DetectorComponent[Any]]:
     """The registered detectors, by ``order`` then name; fails naming a bad entry point."""
     return _load(ENTRY_POINT_GROUP, DetectorComponent)
 
@@ -339,6 +341,6 @@ def load_commands() -> list[Command]:
     return commands
 
 
-def load_collectors() -> Sequence[CollectorComponent]:
+def load_collectors() -> Sequence[CollectorComponent[Any]]:
     """The registered collectors, by ``order`` then name; fails naming a bad entry point."""
     return _load(COLLECTOR_GROUP, CollectorComponent)

@@ -226,7 +226,7 @@ def _moved_keys(raw: Mapping[str, Any]) -> Iterator[str]:
             yield f"{old}: {problem} (docs: Changes)"
 
 
-def detector_section(config: Config, component: DetectorComponent) -> Any:
+def detector_section(config: Config, component: DetectorComponent[Any]) -> Any:
     """The component's validated ``detectors:`` section (its defaults without settings)."""
     return getattr(config.detectors, component.name, None) or component.config_model()
 
@@ -249,7 +249,7 @@ def shared_values(config: Config) -> SharedValues:
     )
 
 
-def collector_section(config: Config, component: CollectorComponent) -> Any:
+def collector_section(config: Config, component: CollectorComponent[Any]) -> Any:
     """The component's validated ``collectors:`` section (its defaults without settings)."""
     return getattr(config.collectors, component.key, None) or component.config_model()
 

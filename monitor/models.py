@@ -59,7 +59,7 @@ def fetch_models(
     return 0
 
 
-def _plan(config: Config) -> list[tuple[DetectorComponent, Any, Sequence[ModelNeed]]]:
+def _plan(config: Config) -> list[tuple[DetectorComponent[Any], Any, Sequence[ModelNeed]]]:
     """Each detector with models to fetch under ``config``, its section and its needs."""
     plan = []
     for component in load_components():
@@ -120,7 +120,7 @@ def hub_unreachable(timeout_s: float = REACH_TIMEOUT_S) -> str | None:
 
 
 def _fetch_for(
-    component: DetectorComponent,
+    component: DetectorComponent[Any],
     section: Any,
     needs: Sequence[ModelNeed],
     to: Path | None,
@@ -128,7 +128,7 @@ def _fetch_for(
 ) -> dict[str, Any]:
     """Download one detector's needs, load them as it would, and return its settings
     (nested where a setting is dotted: ``token_classifier.model``)."""
-    support: ModelSupport | None = component.models
+    support: ModelSupport[Any] | None = component.models
     assert support is not None
     update: dict[str, str] = {}
     for need in needs:

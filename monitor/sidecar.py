@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -224,7 +225,7 @@ def _workers_up(registry: CollectorRegistry) -> dict[str, bool]:
     }
 
 
-def _trace_assembly(config: Config, collectors: Sequence[CollectorComponent]) -> TraceAssembly:
+def _trace_assembly(config: Config, collectors: Sequence[CollectorComponent[Any]]) -> TraceAssembly:
     """The assembly of the one collector component that provides it."""
     assemblies = [c for c in collectors if c.assembly is not None]
     if len(assemblies) != 1:

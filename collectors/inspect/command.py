@@ -31,6 +31,7 @@ from monitor.components import Command
 if TYPE_CHECKING:  # imported when used: ``rag-monitor --help`` loads this module
     from collectors.otlp.decode import DecodedSpans
     from collectors.spans.span import Span
+    from monitor.config import Config
 
 USAGE_ERROR = 2
 NOTHING_READ = 1
@@ -146,7 +147,7 @@ class _Received:
         return True
 
 
-def receive_otlp(config: Any, port: int, seconds: float, out: IO[str]) -> list[Span]:
+def receive_otlp(config: Config, port: int, seconds: float, out: IO[str]) -> list[Span]:
     """Spans exported to an OTLP/HTTP receiver on ``port`` (the sidecar's own, with the
     ``collectors.otlp`` settings) within ``seconds``; Ctrl-C ends the wait early."""
     from collectors.otlp.http import OtlpHttpReceiver
@@ -214,7 +215,7 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def run(args: argparse.Namespace, config: Any) -> int:
+def run(args: argparse.Namespace, config: Config) -> int:
     """Inspect the traces of the files or the receiver; 0 when a trace was inspected,
     1 when none could be read, 2 on a usage error."""
     from collectors.inspect.view import escaped

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from detectors.cost.config import CostConfig
 from detectors.cost.names import (
     COST_REQUESTS_TOTAL,
     COST_UNPRICED_REQUESTS_TOTAL,
@@ -28,7 +28,7 @@ from monitor.rulekit.promql import (
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]
 
 
-def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
+def rules(config: CostConfig, guardrails: GuardrailsConfig) -> RuleFragment:
     """The mean cost per query per job, and the alert on the budget."""
     window, budget = guardrails.window, guardrails.cost_per_query_max_usd
     recorded = cost_per_query(window)
@@ -49,7 +49,7 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
     return RuleFragment(recording=[recording], alerting=[high], promtool_tests=PROMTOOL_TESTS)
 
 
-def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
+def rows(config: CostConfig, guardrails: GuardrailsConfig) -> list[Row]:
     """Cost per query against the budget, spend by model, priced and unpriced requests."""
     per_query = panel_ratio(
         panel_rate(f"{REQUEST_COST_USD}_sum", guardrail=True),

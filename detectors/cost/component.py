@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from detectors.cost import alerting
 from detectors.cost.config import CostConfig
 from monitor.components import BuildContext, DetectorComponent
 from monitor.detector import Detector
+from monitor.guardrails import GuardrailsConfig
 from monitor.shared import SLICER
 
 
@@ -17,7 +16,7 @@ def _build(config: CostConfig, context: BuildContext) -> Detector:
     return CostDetector(config, context.registry, context.shared[SLICER])
 
 
-def _fields(config: CostConfig, guardrails: Any) -> tuple[str, ...]:
+def _fields(config: CostConfig, guardrails: GuardrailsConfig) -> tuple[str, ...]:
     """Cost is priced from the tokens the models reported."""
     return ("usage",)
 

@@ -10,8 +10,8 @@ its own, never a drift verdict, and an annotation on the dashboard.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from detectors.drift.config import DriftConfig
 from detectors.drift.names import (
     DETECTED,
     LAST_TEST,
@@ -32,7 +32,7 @@ CHANGE_WINDOW = "1h"  # the ticket stays open this long after the last change
 _CHANGE_MARK = "10m"
 
 
-def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
+def rules(config: DriftConfig, guardrails: GuardrailsConfig) -> RuleFragment:
     """The alert on a drift verdict. Its value is the p-value of the flagged test, or 1 in
     online mode (no p-value); a flagged p-value is below 1, so the description quotes it then."""
     drifted = alert(
@@ -67,7 +67,7 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
     return RuleFragment(alerting=[drifted, changed], promtool_tests=PROMTOOL_TESTS)
 
 
-def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
+def rows(config: DriftConfig, guardrails: GuardrailsConfig) -> list[Row]:
     """p-value against the significance level, the MMD statistic, the verdict, and the age of
     the last test (empty panels before the first test: no result yet, not a result of 0)."""
     panels = [

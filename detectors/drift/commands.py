@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from monitor.components import Command
+
+if TYPE_CHECKING:
+    from monitor.config import Config
 
 
 def _report_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +28,7 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _report(args: argparse.Namespace, config: Any) -> int:
+def _report(args: argparse.Namespace, config: Config) -> int:
     from detectors.drift.report import write_report
     from monitor.extras import require_extra
 
@@ -54,7 +57,7 @@ def _set_reference_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _set_reference(args: argparse.Namespace, config: Any) -> int:
+def _set_reference(args: argparse.Namespace, config: Config) -> int:
     from detectors.drift.reference import set_reference
 
     try:
@@ -74,7 +77,7 @@ def _set_reference(args: argparse.Namespace, config: Any) -> int:
     return 0
 
 
-def _references(args: argparse.Namespace, config: Any) -> int:
+def _references(args: argparse.Namespace, config: Config) -> int:
     from datetime import UTC, datetime
 
     from detectors.drift.reference import list_references

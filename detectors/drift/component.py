@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from detectors.drift import alerting
 from detectors.drift.commands import COMMANDS
@@ -11,6 +10,7 @@ from detectors.drift.config import DriftConfig
 from monitor.components import BuildContext, DetectorComponent, ModelNeed, ModelSupport
 from monitor.detector import Detector
 from monitor.extras import require_extra
+from monitor.guardrails import GuardrailsConfig
 
 # An encoder's configuration and tokenizer (vocab.txt, spiece.model, tokenizer.json),
 # and one copy of its weights; ONNX, OpenVINO and TF exports are left on the hub.
@@ -100,7 +100,7 @@ def missing_embedder(config: DriftConfig) -> list[str]:
     ]
 
 
-def _fields(config: DriftConfig, guardrails: Any) -> tuple[str, ...]:
+def _fields(config: DriftConfig, guardrails: GuardrailsConfig) -> tuple[str, ...]:
     """Traced query vectors, or the query text an embedder turns into one."""
     if not config.enabled:
         return ()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from detectors.evaluations import alerting
 from detectors.evaluations.config import EvaluationsConfig
 from monitor.components import BuildContext, DetectorComponent
 from monitor.detector import Detector
+from monitor.guardrails import GuardrailsConfig
 from monitor.shared import COMPARED_WITH_REVIEW, Provision
 
 if TYPE_CHECKING:
@@ -30,7 +31,9 @@ def _provides(config: EvaluationsConfig) -> list[Provision]:
     return [COMPARED_WITH_REVIEW.provide(compared)]
 
 
-def _simulate(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
+def _simulate(
+    config: EvaluationsConfig, guardrails: GuardrailsConfig, world: SimulatedWorld
+) -> None:
     from detectors.evaluations.simulate import series
 
     series(config, guardrails, world)

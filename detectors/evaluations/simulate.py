@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from detectors.evaluations.config import EvaluationRule, EvaluationsConfig
 from detectors.evaluations.names import RESULTS_TOTAL
+from monitor.guardrails import GuardrailsConfig
 from monitor.names import EVALUATION_AGREEMENT_TOTAL
 from monitor.rulekit.simulation import SimulatedWorld, reviews
 
@@ -54,7 +54,7 @@ class SimulatedEvaluation:
         return share
 
 
-def series(config: EvaluationsConfig, guardrails: Any, world: SimulatedWorld) -> None:
+def series(config: EvaluationsConfig, guardrails: GuardrailsConfig, world: SimulatedWorld) -> None:
     """Each configured evaluation's results by outcome, each minute."""
     mean = world.rate("evaluation", HEALTHY_SCORE, INCIDENT_SCORE)
     for name, rule in config.evaluations.items():

@@ -12,8 +12,8 @@ reviews over its window, the page tests the judge's share corrected by them inst
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.names import (
     BELOW_THRESHOLD_TOTAL,
     EVALUATIONS_TOTAL,
@@ -71,7 +71,7 @@ CORRECTED = CorrectedShare(
 )
 
 
-def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
+def rules(config: FaithfulnessConfig, guardrails: GuardrailsConfig) -> RuleFragment:
     """The reviews' shares and the judge's bias; per window the pass share, the scored
     count, its upper bound, the corrected share and its bound, and the page; the ticket."""
     minimum = guardrails.faithfulness_min
@@ -128,7 +128,7 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
     )
 
 
-def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
+def rows(config: FaithfulnessConfig, guardrails: GuardrailsConfig) -> list[Row]:
     """Per window the pass share beside its upper bound and the guardrail, the scored
     counts they rest on, the score heatmap, evaluations by outcome; the judge-only share
     beside the one corrected by reviews, the random reviews and the judge's bias."""

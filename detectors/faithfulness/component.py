@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -23,6 +23,7 @@ from detectors.faithfulness.token_classifier import resolve_token_model
 from monitor.components import BuildContext, DetectorComponent, ModelNeed, ModelSupport
 from monitor.detector import Detector
 from monitor.extras import missing_modules, require_extra
+from monitor.guardrails import GuardrailsConfig
 from monitor.shared import SLICER
 
 if TYPE_CHECKING:
@@ -207,12 +208,14 @@ def missing_models(config: FaithfulnessConfig) -> list[str]:
     return []
 
 
-def _fields(config: FaithfulnessConfig, guardrails: Any) -> tuple[str, ...]:
+def _fields(config: FaithfulnessConfig, guardrails: GuardrailsConfig) -> tuple[str, ...]:
     """The judge reads the answer against the contexts' text."""
     return ("answer", "contexts") if config.enabled else ()
 
 
-def _simulate(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
+def _simulate(
+    config: FaithfulnessConfig, guardrails: GuardrailsConfig, world: SimulatedWorld
+) -> None:
     from detectors.faithfulness.simulate import series
 
     series(config, guardrails, world)

@@ -11,7 +11,7 @@ import argparse
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -19,6 +19,7 @@ from monitor.components import Command
 
 if TYPE_CHECKING:  # kafka and the HTTP server load when the command runs, not for --help
     from detectors.faithfulness.scorer import Scorer
+    from monitor.config import Config
     from monitor.http.endpoints import MetricsServer
 
 # Exit codes: 1 the configuration cannot run a scorer, 3 the judge cannot load here.
@@ -30,7 +31,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     del parser  # --config only
 
 
-def _score(args: argparse.Namespace, config: Any) -> int:
+def _score(args: argparse.Namespace, config: Config) -> int:
     del args
     import structlog
 
@@ -71,7 +72,7 @@ def _score(args: argparse.Namespace, config: Any) -> int:
     return 0
 
 
-def _assemble(config: Any, registry: CollectorRegistry) -> tuple[Scorer, MetricsServer]:
+def _assemble(config: Config, registry: CollectorRegistry) -> tuple[Scorer, MetricsServer]:
     """The scorer and its /metrics server on ``registry``, neither started; the judge's own
     families are declared when it loads (the component's ``late_metrics``)."""
     from detectors.faithfulness.scorer import Scorer
@@ -95,7 +96,7 @@ def _assemble(config: Any, registry: CollectorRegistry) -> tuple[Scorer, Metrics
     return scorer, server
 
 
-def _declare(config: Any, registry: CollectorRegistry) -> None:
+def _declare(config: Config, registry: CollectorRegistry) -> None:
     """What `rag-monitor score` declares before its judge loads (the metrics reference)."""
     _assemble(config, registry)
 

@@ -19,13 +19,13 @@ default guardrail of 0.85."""
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.names import BELOW_THRESHOLD_TOTAL, EVALUATIONS_TOTAL
+from monitor.guardrails import GuardrailsConfig
 from monitor.names import (
     JUDGE_AGREEMENT_TOTAL,
     JUDGE_INFO,
@@ -50,7 +50,7 @@ JUDGE_CHANGE = "judge_change"  # another judge runs
 JUDGES = ("hhem/HHEM-2.1-Open@simulated/t0.5", "token/tinylettuce@simulated/t0.5")
 
 
-def series(config: FaithfulnessConfig, guardrails: Any, world: SimulatedWorld) -> None:
+def series(config: FaithfulnessConfig, guardrails: GuardrailsConfig, world: SimulatedWorld) -> None:
     """The scored answers and those below the threshold, and the judge against the
     reviewers, each minute."""
     scored = scored_answers(config, world)

@@ -6,8 +6,8 @@ ticket budget), on each of ``guardrails.band_windows``."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from detectors.feedback.config import FeedbackConfig
 from detectors.feedback.names import (
     FEEDBACK_DWELL_SECONDS,
     FEEDBACK_EVENTS_TOTAL,
@@ -35,7 +35,7 @@ BAND = ControlBand(
 )
 
 
-def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
+def rules(config: FeedbackConfig, guardrails: GuardrailsConfig) -> RuleFragment:
     """Per window the band's recordings and the ticket when the ratio leaves the band."""
     windows = window_z(guardrails, "ticket", guardrails.band_windows, sides=2)
     recording, alerting = [], []
@@ -71,7 +71,7 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
     )
 
 
-def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
+def rows(config: FeedbackConfig, guardrails: GuardrailsConfig) -> list[Row]:
     """The ratio in its band (from the recording rules), the requests the band rests on,
     feedback events by kind, thumbs-down reasons and dwell quantiles."""
     band = []

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from detectors.feedback import alerting
 from detectors.feedback.config import FeedbackConfig
 from monitor.components import BuildContext, DetectorComponent
 from monitor.detector import Detector
+from monitor.guardrails import GuardrailsConfig
 
 if TYPE_CHECKING:
     from monitor.rulekit.simulation import SimulatedWorld
@@ -19,7 +20,7 @@ def _build(config: FeedbackConfig, context: BuildContext) -> Detector:
     return FeedbackDetector(context.registry)
 
 
-def _simulate(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
+def _simulate(config: FeedbackConfig, guardrails: GuardrailsConfig, world: SimulatedWorld) -> None:
     from detectors.feedback.simulate import series
 
     series(config, guardrails, world)

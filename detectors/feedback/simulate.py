@@ -3,15 +3,15 @@ the requests are regenerated, twice as many during a ``regeneration`` incident."
 
 from __future__ import annotations
 
-from typing import Any
-
+from detectors.feedback.config import FeedbackConfig
 from detectors.feedback.names import FEEDBACK_EVENTS_TOTAL
+from monitor.guardrails import GuardrailsConfig
 from monitor.rulekit.simulation import SimulatedWorld
 
 HEALTHY_REGENERATION = 0.05
 
 
-def series(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
+def series(config: FeedbackConfig, guardrails: GuardrailsConfig, world: SimulatedWorld) -> None:
     """Regenerate feedback events each minute."""
     share = world.rate("regeneration", HEALTHY_REGENERATION, 2 * HEALTHY_REGENERATION)
     regenerations = world.rng.binomial(world.requests, share)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from detectors.filter_exclusion.config import FilterExclusionConfig
 from detectors.filter_exclusion.names import (
     ENTITLEMENT_VIOLATIONS_TOTAL,
     eligible_count,
@@ -72,7 +73,7 @@ def high_exclusion_alerts(
     return alerts
 
 
-def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
+def rules(config: FilterExclusionConfig, guardrails: GuardrailsConfig) -> RuleFragment:
     """The false-exclusion ratio, its count and bound per window with its ticket, and the
     entitlement page."""
     windows = window_z(guardrails, "ticket", guardrails.sample_windows)
@@ -98,7 +99,7 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
     )
 
 
-def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
+def rows(config: FilterExclusionConfig, guardrails: GuardrailsConfig) -> list[Row]:
     """The false-exclusion ratio beside its lower bound and the guardrail, the labelled
     queries they rest on, mean recall@k, entitlement violations."""
     windows = guardrails.sample_windows

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from detectors.filter_exclusion import alerting
 from detectors.filter_exclusion.config import FilterExclusionConfig
 from monitor.components import BuildContext, DetectorComponent
 from monitor.detector import Detector
+from monitor.guardrails import GuardrailsConfig
 from monitor.shared import SLICER
 
 if TYPE_CHECKING:
@@ -23,12 +24,14 @@ def _build(config: FilterExclusionConfig, context: BuildContext) -> Detector:
     )
 
 
-def _fields(config: FilterExclusionConfig, guardrails: Any) -> tuple[str, ...]:
+def _fields(config: FilterExclusionConfig, guardrails: GuardrailsConfig) -> tuple[str, ...]:
     """Gold documents are matched against the retrieved ids."""
     return ("retrieved_ids",)
 
 
-def _simulate(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
+def _simulate(
+    config: FilterExclusionConfig, guardrails: GuardrailsConfig, world: SimulatedWorld
+) -> None:
     from detectors.filter_exclusion.simulate import series
 
     series(config, guardrails, world)

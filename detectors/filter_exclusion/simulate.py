@@ -4,10 +4,10 @@ incident; by slice too when slices are configured."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from detectors.filter_exclusion.config import FilterExclusionConfig
+from monitor.guardrails import GuardrailsConfig
 from monitor.names import (
     ELIGIBLE_QUERIES_TOTAL,
     FALSE_EXCLUSIONS_TOTAL,
@@ -20,7 +20,9 @@ HEALTHY_FALSE_EXCLUSION = 0.01
 INCIDENT_FALSE_EXCLUSION = 0.06
 
 
-def series(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
+def series(
+    config: FilterExclusionConfig, guardrails: GuardrailsConfig, world: SimulatedWorld
+) -> None:
     """Eligible labelled queries and false exclusions each minute."""
     labelled = np.ones(world.steps, dtype=np.int64)
     world.samples.add(ELIGIBLE_QUERIES_TOTAL, world.labels, labelled)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from detectors.latency.config import LatencyConfig
 from detectors.latency.names import (
     STAGE_LATENCY_SECONDS,
     STAGE_LATENCY_WINDOW_SECONDS,
@@ -95,7 +96,7 @@ def burn_alert(
     )
 
 
-def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
+def rules(config: LatencyConfig, guardrails: GuardrailsConfig) -> RuleFragment:
     """The p95 per job and stage; per SLO window the slow share and the request count; per
     tier's long window the lower bound; one page and one ticket alert per SLO stage."""
     window, slos = guardrails.window, sorted(guardrails.latency_slo.items())
@@ -127,7 +128,7 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
     )
 
 
-def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
+def rows(config: LatencyConfig, guardrails: GuardrailsConfig) -> list[Row]:
     """The SLOs' slow shares beside their lower bounds and budgets, the requests they rest
     on, fleet quantiles from the histograms against the thresholds, TTFT, per-replica
     windows."""

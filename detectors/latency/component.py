@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from detectors.latency import alerting
 from detectors.latency.config import LatencyConfig
@@ -30,7 +30,7 @@ def _fields(config: LatencyConfig, guardrails: GuardrailsConfig) -> tuple[str, .
     return tuple(stage_field(stage) for stage in guardrails.latency_slo if stage != "total")
 
 
-def _simulate(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
+def _simulate(config: LatencyConfig, guardrails: GuardrailsConfig, world: SimulatedWorld) -> None:
     from detectors.latency.simulate import series
 
     series(config, guardrails, world)

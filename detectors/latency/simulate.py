@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from detectors.latency.config import LatencyConfig
 from detectors.latency.names import STAGE_LATENCY_SECONDS
 from monitor.buckets import LATENCY_BUCKETS
+from monitor.guardrails import GuardrailsConfig
 from monitor.names import SLICE_LATENCY_REQUESTS_TOTAL, SLICE_LATENCY_SLOW_TOTAL
 from monitor.rulekit.simulation import Samples, SimulatedWorld
 
@@ -23,7 +24,7 @@ LATENCY_SIGMA = 0.5  # lognormal shape of the total latency: p50 0.53 s when p95
 _Z95 = NormalDist().inv_cdf(0.95)
 
 
-def series(config: Any, guardrails: Any, world: SimulatedWorld) -> None:
+def series(config: LatencyConfig, guardrails: GuardrailsConfig, world: SimulatedWorld) -> None:
     """Each stage's histogram, ``total`` and those ``guardrails.latency_slo`` watches."""
     for stage in sorted({"total", *guardrails.latency_slo}):
         if stage == "total":

@@ -4,15 +4,14 @@ dashboard marks releases as annotations (``alerts.dashboard``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from detectors.release.config import ReleaseConfig
 from detectors.release.names import RELEASE_DROPPED_TOTAL, RELEASE_INFO
 from monitor.guardrails import GuardrailsConfig
 from monitor.rulekit.fragments import Panel, Row
 from monitor.rulekit.promql import panel_gauge, panel_increase
 
 
-def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
+def rows(config: ReleaseConfig, guardrails: GuardrailsConfig) -> list[Row]:
     """The versions each service runs, and the release series not exported."""
     panels = [
         Panel(

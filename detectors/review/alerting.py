@@ -5,8 +5,8 @@ nobody reads is a process problem, not a page."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from detectors.review.config import ReviewConfig
 from detectors.review.names import (
     SAMPLED_TOTAL,
     SKIPPED_TOTAL,
@@ -19,7 +19,7 @@ from monitor.rulekit.promql import JOB, panel_rate, sum_rate
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]
 
 
-def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
+def rules(config: ReviewConfig, guardrails: GuardrailsConfig) -> RuleFragment:
     """Items queued per second by stratum over the guardrails window."""
     window = guardrails.window
     recording = [
@@ -28,7 +28,7 @@ def rules(config: Any, guardrails: GuardrailsConfig) -> RuleFragment:
     return RuleFragment(recording=recording, promtool_tests=PROMTOOL_TESTS)
 
 
-def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
+def rows(config: ReviewConfig, guardrails: GuardrailsConfig) -> list[Row]:
     """Items queued and skipped by stratum."""
     panels = [
         Panel(

@@ -10,13 +10,16 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from detectors.review.model import Progress, ReviewItem, Verdict
 from monitor.components import Command
 
+if TYPE_CHECKING:
+    from monitor.config import Config
 
-def _read_store(config: Any) -> tuple[list[tuple[ReviewItem, Verdict]], Progress]:
+
+def _read_store(config: Config) -> tuple[list[tuple[ReviewItem, Verdict]], Progress]:
     """The reviewed items and the queue's progress; never creates a store."""
     from detectors.review.store import FILE_NAME, ReviewStore
 
@@ -36,7 +39,7 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _export(args: argparse.Namespace, config: Any) -> int:
+def _export(args: argparse.Namespace, config: Config) -> int:
     from detectors.review.report import write_golden
 
     try:
@@ -66,7 +69,7 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _report(args: argparse.Namespace, config: Any) -> int:
+def _report(args: argparse.Namespace, config: Config) -> int:
     from detectors.review.estimates import judged_counts, pass_shares, random_pairs
     from detectors.review.report import summary, write_report
     from monitor.durations import parse_duration

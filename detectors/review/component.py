@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from prometheus_client import CollectorRegistry
 
 from detectors.review import alerting
@@ -11,6 +9,7 @@ from detectors.review.commands import COMMANDS
 from detectors.review.config import ReviewConfig
 from monitor.components import BuildContext, DetectorComponent
 from monitor.detector import Detector
+from monitor.guardrails import GuardrailsConfig
 from monitor.shared import COMPARED_WITH_REVIEW, REVIEW_ENABLED, SLICER, Provision
 
 
@@ -37,7 +36,7 @@ def _provides(config: ReviewConfig) -> list[Provision]:
     return [REVIEW_ENABLED.provide(config.enabled)]
 
 
-def _fields(config: ReviewConfig, guardrails: Any) -> tuple[str, ...]:
+def _fields(config: ReviewConfig, guardrails: GuardrailsConfig) -> tuple[str, ...]:
     """A reviewer reads the query and the answer."""
     return ("query", "answer") if config.enabled else ()
 

@@ -3,8 +3,7 @@ are evidence for a release decision (``rag-monitor report shadow``), not a page.
 
 from __future__ import annotations
 
-from typing import Any
-
+from detectors.shadow.config import ShadowConfig
 from detectors.shadow.names import (
     ANSWER_CHANGED_TOTAL,
     COST_DELTA_USD,
@@ -37,7 +36,7 @@ def _mean(histogram: str, by: str) -> str:
     )
 
 
-def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
+def rows(config: ShadowConfig, guardrails: GuardrailsConfig) -> list[Row]:
     """Mean paired deltas per shadow variant, and what did not pair."""
     share_of_pairs = panel_ratio(
         panel_rate(ANSWER_CHANGED_TOTAL, by="variant"), panel_rate(PAIRS_TOTAL, by="variant")

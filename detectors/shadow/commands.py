@@ -9,9 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from monitor.components import Command
+
+if TYPE_CHECKING:
+    from monitor.config import Config
 
 
 def _report_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +22,7 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("shadow.html"), help=".html or .md")
 
 
-def _report(args: argparse.Namespace, config: Any) -> int:
+def _report(args: argparse.Namespace, config: Config) -> int:
     from detectors.shadow.report import write_report
     from detectors.shadow.store import FILE_NAME, PairStore
 

@@ -297,7 +297,7 @@ def _regeneration_by_intent(guardrails: GuardrailsConfig) -> dict[str, Any]:
     }
 
 
-def rows(config: Any, guardrails: GuardrailsConfig) -> list[Row]:
+def rows(config: SlicesConfig, guardrails: GuardrailsConfig) -> list[Row]:
     """Every guardrail by slice over the longest sample window; the regeneration rate and
     requests by intent, the coverage matrix, and what the slices could not attribute."""
     return [_guardrail_row(guardrails), _slices_row(guardrails)]

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import Counter
 from pydantic import Field
 
 from collectors.otlp import intake
 from monitor.components import CollectorComponent, CollectorContext, Receiver
+from monitor.guardrails import GuardrailsConfig
 from monitor.intake import Consumer
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.section import Section
@@ -89,7 +89,7 @@ def build(config: ToyFileConfig, context: CollectorContext) -> Receiver | None:
     return ToyFileReceiver(config.path, config.poll_s, context.consumer)
 
 
-def rules(config: ToyFileConfig, guardrails: Any) -> RuleFragment:
+def rules(config: ToyFileConfig, guardrails: GuardrailsConfig) -> RuleFragment:
     invalid = f'{LINES_TOTAL}{{outcome="invalid"}}'
     return RuleFragment(
         alerting=[
@@ -103,7 +103,7 @@ def rules(config: ToyFileConfig, guardrails: Any) -> RuleFragment:
     )
 
 
-def rows(config: ToyFileConfig, guardrails: Any) -> list[Row]:
+def rows(config: ToyFileConfig, guardrails: GuardrailsConfig) -> list[Row]:
     query = f"sum by (outcome) (rate({LINES_TOTAL}[{guardrails.window}]))"
     return [Row("Toy file", [Panel("Toy file lines per second", [(query, "{{outcome}}")])])]
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from prometheus_client import Counter
 from pydantic import Field
 
 from monitor.components import BuildContext, DetectorComponent
 from monitor.detector import Detector, InlineDetector
+from monitor.guardrails import GuardrailsConfig
 from monitor.rulekit.fragments import Panel, Row, RuleFragment
 from monitor.section import Section
 from monitor.trace import Event
@@ -41,7 +42,7 @@ def build(config: ToyConfig, context: BuildContext) -> Detector:
     return ToyDetector(counter)
 
 
-def rules(config: ToyConfig, guardrails: Any) -> RuleFragment:
+def rules(config: ToyConfig, guardrails: GuardrailsConfig) -> RuleFragment:
     return RuleFragment(
         alerting=[
             {
@@ -55,7 +56,7 @@ def rules(config: ToyConfig, guardrails: Any) -> RuleFragment:
     )
 
 
-def rows(config: ToyConfig, guardrails: Any) -> list[Row]:
+def rows(config: ToyConfig, guardrails: GuardrailsConfig) -> list[Row]:
     query = f"sum(rate({EVENTS_TOTAL}[{guardrails.window}]))"
     return [Row("Toy", [Panel("Toy events per second", [(query, "events/s")], unit="ops")])]
 
