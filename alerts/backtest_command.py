@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from alerts.coverage import COVERAGE
+from alerts.field_coverage import COVERAGE
 from monitor.components import load_components
 from monitor.config import Config
 from monitor.durations import parse_duration

@@ -19,7 +19,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from alerts import coverage, health
+from alerts import field_coverage, health
 from alerts.guardrail_row import guardrail_row
 from alerts.rules import build_rules
 from monitor.components import DetectorComponent, load_collectors, load_components
@@ -107,7 +107,7 @@ def dashboard_rows(
         for component in load_collectors()
         for row in component.rows(collector_section(config, component), config.guardrails)
     ]
-    return [first, *rows, *collectors, *coverage.rows(config.guardrails), *health.rows()]
+    return [first, *rows, *collectors, *field_coverage.rows(config.guardrails), *health.rows()]
 
 
 def build_dashboard(

@@ -5,7 +5,7 @@
 
 Each registered detector component (``monitor.components``) contributes a
 ``RuleFragment`` built from its own config section and ``guardrails``; the
-field-coverage ticket (``alerts.coverage``) and the sidecar's own health rules
+field-coverage ticket (``alerts.field_coverage``) and the sidecar's own health rules
 (``alerts.health``) come last. Two groups:
 ``rag-monitor.recording`` turns the sidecar's counters and histograms into
 per-job ratios and quantiles, ``rag-monitor.alerts`` compares them with the
@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from alerts import coverage, health
+from alerts import field_coverage, health
 from monitor.components import DetectorComponent, load_collectors, load_components
 from monitor.config import Config, collector_section, detector_section
 from monitor.rulekit.evidence import derivation_header
@@ -49,7 +49,7 @@ def rule_fragments(
     return [
         *fragments,
         *collectors,
-        ("coverage", coverage.rules(config, chosen)),
+        ("coverage", field_coverage.rules(config, chosen)),
         ("monitor", health.rules(config.guardrails)),
     ]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from alerts.coverage import COVERAGE
+from alerts.field_coverage import COVERAGE
 from alerts.scratch import write_openmetrics_series
 from monitor.components import load_components
 from monitor.config import Config, detector_section, shared_values

@@ -7,7 +7,7 @@ counts, for each production request, whether each field is there, labelled with 
 OpenTelemetry instrumentation scope that wrote the request span, and counts the traces
 it could not read as a request at all (``field="request", present="false"``). A
 detector component names the fields it reads (``DetectorComponent.fields``); the
-generated ``RagTraceFieldMissing`` ticket watches exactly those (``alerts/coverage.py``).
+generated ``RagTraceFieldMissing`` ticket watches exactly those (``alerts/field_coverage.py``).
 
 The instrumentation label is bounded like the variant: an allow-list
 (``service.instrumentations``), ``other`` beyond it, ``none`` for a trace without a scope

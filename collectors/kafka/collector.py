@@ -41,7 +41,7 @@ from collectors.kafka.dead_letter import DeadLetters
 from collectors.kafka.group import consumer_settings, in_group
 from collectors.kafka.offsets import OffsetTracker
 from collectors.kafka.records import decode_logs_record, decode_trace_record
-from collectors.otlp import intake
+from collectors.otlp import export_decoding
 from monitor.events import parse_feedback, parse_labels
 from monitor.intake import Consumer, Ticket, WorkItem
 from monitor.names import KAFKA_LAG_RECORDS
@@ -262,7 +262,7 @@ class KafkaCollector:
     def _handle(self, consumer: KafkaConsumer, tp: TopicPartition, record: ConsumerRecord) -> None:
         try:
             item = self._decode(record.topic, record.value or b"")
-        except intake.Refusal as refusal:  # invalid, or empty: the record is kept aside
+        except export_decoding.Refusal as refusal:  # invalid, or empty: the record is kept aside
             self._dead_letter(tp, record, str(refusal))
             return
         except Exception as exc:
@@ -285,9 +285,9 @@ class KafkaCollector:
         topics = self._config.topics
         metrics = self._pipeline.metrics
         if topic == topics.labels:
-            return intake.events(value, parse_labels, "kafka")
+            return export_decoding.events(value, parse_labels, "kafka")
         if topic == topics.feedback:
-            return intake.events(value, parse_feedback, "kafka")
+            return export_decoding.events(value, parse_feedback, "kafka")
         if topic == topics.logs:
             return decode_logs_record(value, metrics)
         return decode_trace_record(value, self._config.format, metrics)

@@ -1,7 +1,7 @@
 """The Kafka collector's record formats: a trace record is OTLP (protobuf or JSON, told
 apart per record with ``auto``) or JSON ``rag-trace/1``; a logs record is an OTLP logs
 export (labels and feedback: ``monitor/events.py``). OTLP records go through the intake
-step the receivers share (``collectors/otlp/intake.py``).
+step the receivers share (``collectors/otlp/export_decoding.py``).
 
 Parsed with pydantic (a ``rag-trace/1`` record through a ``TypeAdapter`` over
 the ``RagTrace`` dataclass, whose fields declare the bounds), forbidding
@@ -23,7 +23,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from collectors.kafka.config import PayloadFormat
-from collectors.otlp import intake
+from collectors.otlp import export_decoding
 from monitor.events import InvalidRecord, Record, load_json, validation_reason
 from monitor.intake import Events, WholeTrace, WorkItem
 from monitor.pipeline_metrics import PipelineMetrics
@@ -39,17 +39,17 @@ _FIRST_BYTE = re.compile(rb"[ \t\n\r\x0b\x0c]*(.)", re.DOTALL)
 def decode_trace_record(
     value: bytes, payload_format: PayloadFormat, metrics: PipelineMetrics
 ) -> WorkItem:
-    """One trace-topic record as a work item (without its ticket), or an ``intake.Refusal``:
-    a record whose spans were all refused, or that holds none, is dead-lettered; one with
-    some valid spans is kept, like an OTLP partial success."""
+    """One trace-topic record as a work item (without its ticket), or an
+    ``export_decoding.Refusal``: a record whose spans were all refused, or that holds none,
+    is dead-lettered; one with some valid spans is kept, like an OTLP partial success."""
     if payload_format == "auto":
         payload_format = sniff_format(value)
     if payload_format == "rag_trace_json":
         try:
             return WholeTrace(parse_rag_trace(value, "kafka"))
         except InvalidRecord as exc:
-            raise intake.Invalid(str(exc)) from exc
-    batch, _ = intake.spans(value, payload_format == "otlp_json", "kafka", metrics)
+            raise export_decoding.Invalid(str(exc)) from exc
+    batch, _ = export_decoding.spans(value, payload_format == "otlp_json", "kafka", metrics)
     return batch
 
 
@@ -60,7 +60,7 @@ def decode_logs_record(value: bytes, metrics: PipelineMetrics) -> Events:
     The encoding is told per record, as ``auto`` does for traces: the Collector's exporter
     sets it per signal."""
     is_json = sniff_format(value) != "otlp_proto"
-    results, _ = intake.evaluation_results(value, is_json, "kafka", metrics)
+    results, _ = export_decoding.evaluation_results(value, is_json, "kafka", metrics)
     return results
 
 

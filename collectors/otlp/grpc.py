@@ -27,7 +27,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.rpc.error_details_pb2 import RetryInfo
 from google.rpc.status_pb2 import Status
 
-from collectors.otlp import intake
+from collectors.otlp import export_decoding
 from collectors.otlp.config import OtlpConfig
 from monitor.http.inflight import OTLP_DECODE_FACTOR, ByteBudget, shared_budget
 from monitor.http.limits import refused_counter
@@ -52,13 +52,13 @@ class _TraceService:
         )
 
     def export(self, message: bytes, context: grpc.ServicerContext) -> bytes:
-        return self._guarded(message, context, intake.spans)
+        return self._guarded(message, context, export_decoding.spans)
 
     def export_logs(self, message: bytes, context: grpc.ServicerContext) -> bytes:
-        return self._guarded(message, context, intake.evaluation_results)
+        return self._guarded(message, context, export_decoding.evaluation_results)
 
     def _guarded(
-        self, message: bytes, context: grpc.ServicerContext, signal: intake.Signal
+        self, message: bytes, context: grpc.ServicerContext, signal: export_decoding.Signal
     ) -> bytes:
         """The token and the byte budget, then the export."""
         if self._expected_auth is not None:
@@ -75,29 +75,29 @@ class _TraceService:
             self._budget.release(len(message))
 
     def _export(
-        self, message: bytes, context: grpc.ServicerContext, signal: intake.Signal
+        self, message: bytes, context: grpc.ServicerContext, signal: export_decoding.Signal
     ) -> bytes:
         """An OTLP export through its signal's intake step; the response serialized (an
         empty response of either service is no bytes)."""
         try:
             item, decoded = signal(message, False, "otlp", self._pipeline.metrics)
-        except intake.Empty:
+        except export_decoding.Empty:
             self._pipeline.metrics.count_record("otlp", "ok")
             return b""
-        except intake.Invalid as refusal:
+        except export_decoding.Invalid as refusal:
             self._invalid(context, refusal)
         self._submit(context, item)
         return bytes(decoded.export_response().SerializeToString())
 
-    def _invalid(self, context: grpc.ServicerContext, refusal: intake.Invalid) -> NoReturn:
+    def _invalid(self, context: grpc.ServicerContext, refusal: export_decoding.Invalid) -> NoReturn:
         self._pipeline.metrics.count_record("otlp", "invalid")
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(refusal))
         raise AssertionError("context.abort returns only by raising")
 
     def _submit(self, context: grpc.ServicerContext, item: SpanBatch | Events) -> None:
         try:
-            intake.submit(self._pipeline, item, _SUBMIT_TIMEOUT_S)
-        except intake.RetryLater as refusal:
+            export_decoding.submit(self._pipeline, item, _SUBMIT_TIMEOUT_S)
+        except export_decoding.RetryLater as refusal:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(refusal))
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import orjson
 from google.rpc.status_pb2 import Status
 
-from collectors.otlp import intake
+from collectors.otlp import export_decoding
 from collectors.otlp.config import OtlpConfig
 from monitor.events import parse_feedback, parse_labels
 from monitor.http.inflight import OTLP_DECODE_FACTOR, shared_budget
@@ -105,7 +105,7 @@ class OtlpHttpReceiver(HttpService):
             inflated = len(body) if body is not request.body else 0
             with self.budget.decoding(inflated + OTLP_DECODE_FACTOR * len(body)):
                 answer = _ROUTES[request.path](self, body, content_type)
-        except intake.Invalid as refusal:
+        except export_decoding.Invalid as refusal:
             return self._refusal(_Refused(400, str(refusal)), content_type)
         except _Refused as refusal:
             return self._refusal(refusal, content_type)
@@ -150,22 +150,22 @@ def _gunzip(body: bytes, limit: int) -> bytes:
 
 
 def _export_traces(receiver: OtlpHttpReceiver, body: bytes, content_type: str) -> bytes:
-    return _export(receiver, body, content_type, intake.spans)
+    return _export(receiver, body, content_type, export_decoding.spans)
 
 
 def _export_logs(receiver: OtlpHttpReceiver, body: bytes, content_type: str) -> bytes:
     """``/v1/logs``: gen_ai.evaluation.result records become events (collectors/otlp/logs.py)."""
-    return _export(receiver, body, content_type, intake.evaluation_results)
+    return _export(receiver, body, content_type, export_decoding.evaluation_results)
 
 
 def _export(
-    receiver: OtlpHttpReceiver, body: bytes, content_type: str, signal: intake.Signal
+    receiver: OtlpHttpReceiver, body: bytes, content_type: str, signal: export_decoding.Signal
 ) -> bytes:
     """An OTLP export through its signal's intake step, answered in the body's encoding."""
     is_json = _otlp_is_json(content_type)
     try:
         item, decoded = signal(body, is_json, "otlp", receiver.pipeline.metrics)
-    except intake.Empty:
+    except export_decoding.Empty:
         receiver.pipeline.metrics.count_record("otlp", "ok")  # an empty export is valid
         return b"{}" if is_json else b""
     _submit(receiver, item)
@@ -196,15 +196,15 @@ def _post_events(
 ) -> bytes:
     if content_type != JSON:
         raise _Refused(415, f"Content-Type must be {JSON}")
-    item = intake.events(body, parse, "otlp")
+    item = export_decoding.events(body, parse, "otlp")
     _submit(receiver, item)
     return orjson.dumps({"accepted": len(item.events)})
 
 
 def _submit(receiver: OtlpHttpReceiver, item: SpanBatch | Events) -> None:
     try:
-        intake.submit(receiver.pipeline, item, _SUBMIT_TIMEOUT_S)
-    except intake.RetryLater as refusal:
+        export_decoding.submit(receiver.pipeline, item, _SUBMIT_TIMEOUT_S)
+    except export_decoding.RetryLater as refusal:
         raise _Refused(503, str(refusal), {"Retry-After": "1"}) from refusal
 
 

@@ -32,7 +32,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from detectors.drift.config import DriftConfig
-from detectors.drift.lane import Lane, make_window_test
+from detectors.drift.lane import Lane
 from detectors.drift.metrics import SIGNAL, DriftMetrics
 from detectors.drift.representations import RepresentationShares, representation_of_trace
 from detectors.drift.result import DriftResult, Vectors
@@ -42,8 +42,6 @@ from monitor.missing import MissingInputs
 from monitor.state import DEFAULT_STATE_MAX_BYTES, shared_state_dir
 from monitor.trace import Event, RagTrace
 from monitor.worker import Worker
-
-__all__ = ["SIGNAL", "DriftDetector", "DriftResult", "make_window_test", "pinned_representation"]
 
 log = structlog.get_logger("rag_monitor.drift")
 

@@ -38,9 +38,9 @@ from typing import TypeVar
 
 import structlog
 
-from detectors.drift.database import FILES, file_bytes
+from detectors.drift.database import FILE_NAME, FILES, file_bytes
 from detectors.drift.result import DriftResult, Vectors
-from detectors.drift.store import FILE_NAME, DriftStore, Reference
+from detectors.drift.store import DriftStore, Reference
 from monitor.state import StateDir, fault_reason
 
 log = structlog.get_logger("rag_monitor.drift")

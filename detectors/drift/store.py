@@ -42,15 +42,6 @@ from detectors.drift.database import (
 from detectors.drift.result import DriftResult
 from detectors.drift.traffic import RepresentationLog
 
-__all__ = [
-    "FILE_NAME",
-    "SAMPLES_PER_HOUR",
-    "DriftStore",
-    "Reference",
-    "ReferenceInfo",
-    "TestRecord",
-]
-
 RETENTION_DAYS = 35
 PROBES = 64  # pinned from the first reference, for neighbour stability
 _PRUNE_EVERY_S = 3600.0

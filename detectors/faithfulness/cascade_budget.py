@@ -44,7 +44,7 @@ from collections import deque
 from collections.abc import Callable
 
 from detectors.faithfulness.config import LlmJudgeConfig
-from detectors.faithfulness.judge import JudgePair
+from detectors.faithfulness.judge_contract import JudgePair
 from detectors.faithfulness.judge_metrics import Prices
 from detectors.faithfulness.llm_judge import (
     CLAIMS_SCHEMA,

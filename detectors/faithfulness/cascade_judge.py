@@ -36,7 +36,7 @@ from detectors.faithfulness.cascade_budget import (
     reply_token_bound,
 )
 from detectors.faithfulness.config import FaithfulnessConfig
-from detectors.faithfulness.judge import (
+from detectors.faithfulness.judge_contract import (
     Judge,
     JudgePair,
     JudgeResult,
@@ -249,7 +249,7 @@ def load_cascade_judge(
     model loads), then the first judge, opened as if configured alone. ``window_s`` and
     ``clock`` are for tests: the budget is ``usd_per_hour`` over an hour of
     ``time.monotonic``."""
-    from detectors.faithfulness.judges import judge_identity, open_judge
+    from detectors.faithfulness.judge_choice import judge_identity, open_judge
 
     cascade = config.cascade
     llm = config.llm_judge

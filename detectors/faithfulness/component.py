@@ -173,7 +173,7 @@ def load_model(config: FaithfulnessConfig) -> None:
 
 
 def _load_token_model(config: FaithfulnessConfig) -> None:
-    from detectors.faithfulness.judge import JudgePair
+    from detectors.faithfulness.judge_contract import JudgePair
     from detectors.faithfulness.token_classifier import TokenClassifier
     from detectors.faithfulness.token_judge import TokenJudge
 

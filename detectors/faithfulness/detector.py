@@ -3,7 +3,7 @@
 ``observe`` runs on the pipeline thread and only asks the sampler. A trace it takes that
 the judge need not see (no answer, a blank answer, a refusal, no context with text:
 ``triage.py``) is settled there and counted, never queued; the judge (HHEM or an LLM,
-``judge.py``) runs on the worker thread (``worker.py``) on the rest, and scores go to the
+``judge_contract.py``) runs on the worker thread (``worker.py``) on the rest, and scores go to the
 metrics and, when configured, to Phoenix as span annotations. Only scored answers enter
 the score, the pass share and the ``JudgeScore`` events others act on; each event names
 its judge, so that review calibrates each judge apart. Every other outcome goes out as an
@@ -21,7 +21,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from detectors.faithfulness.config import FaithfulnessConfig
-from detectors.faithfulness.judges import judge_identity
+from detectors.faithfulness.judge_choice import judge_identity
 from detectors.faithfulness.names import (
     BELOW_THRESHOLD_TOTAL,
     CACHE_HITS_TOTAL,
@@ -68,7 +68,7 @@ class FaithfulnessMetrics:
     """The faithfulness metrics (README, "Faithfulness"), plus the model's own counters.
 
     Every verdict series carries the ``judge`` label, the judge's identity
-    (``judges.judge_identity``), and ``rag_faithfulness_judge_info`` names the judge this
+    (``judge_choice.judge_identity``), and ``rag_faithfulness_judge_info`` names the judge this
     process runs: the rules keep each judge apart and follow the current one."""
 
     def __init__(

@@ -27,7 +27,8 @@ from detectors.faithfulness.hhem import (
     read_checkpoint,
     set_threads,
 )
-from detectors.faithfulness.judge import (
+from detectors.faithfulness.judge_choice import judge_identity
+from detectors.faithfulness.judge_contract import (
     JudgePair,
     JudgeResult,
     ScoreCache,
@@ -35,7 +36,6 @@ from detectors.faithfulness.judge import (
     batch_size_for,
     pair_key,
 )
-from detectors.faithfulness.judges import judge_identity
 from detectors.faithfulness.names import PRECISION_INFO
 from detectors.faithfulness.precision import calibrate
 from detectors.faithfulness.triage import split_sentences

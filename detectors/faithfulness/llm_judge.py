@@ -44,7 +44,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from detectors.faithfulness.config import FaithfulnessConfig, LlmJudgeConfig
-from detectors.faithfulness.judge import (
+from detectors.faithfulness.judge_choice import judge_identity
+from detectors.faithfulness.judge_contract import (
     NO_CLAIMS,
     JudgePair,
     JudgeResult,
@@ -54,7 +55,6 @@ from detectors.faithfulness.judge import (
     pair_key,
 )
 from detectors.faithfulness.judge_metrics import JudgeMetrics, Prices
-from detectors.faithfulness.judges import judge_identity
 from detectors.faithfulness.openai_chat import ChatClient, ChatError
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, get_args
 
-from detectors.faithfulness.judge import ErrorKind
+from detectors.faithfulness.judge_contract import ErrorKind
 
 # What one attempt came to; every kind but ok is also an ErrorKind of the judge.
 Failure = Literal[

@@ -28,7 +28,7 @@ import orjson
 from prometheus_client import CollectorRegistry, Counter
 
 from detectors.faithfulness.config import FaithfulnessConfig
-from detectors.faithfulness.judge import JudgeOutcome
+from detectors.faithfulness.judge_contract import JudgeOutcome
 from detectors.faithfulness.names import PUBLISHED_TOTAL, RESULTS_READ_TOTAL
 from detectors.faithfulness.triage import premise_of
 from monitor.kafka_connection import KafkaConnection

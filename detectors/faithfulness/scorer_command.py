@@ -36,7 +36,7 @@ def _score(args: argparse.Namespace, config: Config) -> int:
     import structlog
 
     from detectors.faithfulness.component import require_local_judge_extra
-    from detectors.faithfulness.judges import open_judge
+    from detectors.faithfulness.judge_choice import open_judge
     from monitor.config import kafka_connection
     from monitor.extras import MissingExtraError
 

@@ -28,7 +28,7 @@ from detectors.faithfulness.hhem import (
     length_batches,
     set_threads,
 )
-from detectors.faithfulness.judge import (
+from detectors.faithfulness.judge_contract import (
     NO_CLAIMS,
     JudgePair,
     JudgeResult,
@@ -230,7 +230,7 @@ def load_token_judge(
     import torch
 
     from detectors.faithfulness.hhem_judge import precision_info
-    from detectors.faithfulness.judges import judge_identity
+    from detectors.faithfulness.judge_choice import judge_identity
 
     section = config.token_classifier
     directory = resolve_token_model(section.model)

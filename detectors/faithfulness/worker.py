@@ -6,7 +6,7 @@ It loads the judge on its own thread (the sidecar serves while it loads; HHEM wi
 then takes up to the judge's batch size of sampled traces at a time, waiting at most
 ``MAX_BATCH_WAIT_S`` for a batch to fill. The detector settled every trace the judge
 need not see before it was queued (``triage.py``): each one here has an answer and a
-premise. The judge (``judge.py``) returns a score, no claims, or an error per trace; an
+premise. The judge (``judge_contract.py``) returns a score, no claims, or an error per trace; an
 error is counted, never a score.
 """
 
@@ -23,14 +23,14 @@ from prometheus_client import CollectorRegistry
 
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.hhem import ModelMissingError
-from detectors.faithfulness.judge import (
+from detectors.faithfulness.judge_choice import open_judge
+from detectors.faithfulness.judge_contract import (
     Judge,
     JudgePair,
     JudgeUnavailable,
     WorkerStats,
     batch_size_for,
 )
-from detectors.faithfulness.judges import open_judge
 from detectors.faithfulness.openai_chat import MAX_RETRY_WAIT_S
 from detectors.faithfulness.precision import CalibrationCancelled
 from detectors.faithfulness.triage import Outcome, premise_of

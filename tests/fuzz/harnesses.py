@@ -201,10 +201,10 @@ def _otlp_http() -> Callable[[bytes], object]:
 
 _OTLP = (targets.otlp,)
 _LOGS = (targets.otlp, targets.otlp_logs, targets.span_evaluations)
-_KAFKA = (targets.records, targets.intake, targets.otlp, targets.events)
+_KAFKA = (targets.records, targets.export_decoding, targets.otlp, targets.events)
 _TRACE_REFUSALS = (targets.PayloadError,)
 # KafkaCollector._handle's: each becomes a dead letter (or a count, without a topic)
-_KAFKA_REFUSALS = (targets.intake.Refusal,)
+_KAFKA_REFUSALS = (targets.export_decoding.Refusal,)
 
 HARNESSES: dict[str, Harness] = {
     h.name: h

@@ -19,8 +19,8 @@ from collectors.inspect.view import render, summary
 from collectors.kafka import records
 from collectors.kafka.records import decode_logs_record, decode_trace_record
 from collectors.otlp import decode as otlp
+from collectors.otlp import export_decoding
 from collectors.otlp import http as otlp_http
-from collectors.otlp import intake
 from collectors.otlp import logs as otlp_logs
 from collectors.otlp.decode import PayloadError, decode_otlp_json, decode_otlp_proto
 from collectors.otlp.http import OtlpHttpReceiver
@@ -69,13 +69,13 @@ __all__ = [
     "decode_otlp_proto",
     "decode_trace_record",
     "events",
+    "export_decoding",
     "group_traces",
     "inspect_command",
     "inspect_missing",
     "inspect_provenance",
     "inspect_trace",
     "inspect_view",
-    "intake",
     "load_config",
     "openinference",
     "otlp",

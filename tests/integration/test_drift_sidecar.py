@@ -135,7 +135,8 @@ def test_state_stays_under_state_max_bytes_while_windows_are_tested(
     assert sample(registry, "rag_monitor_state_max_bytes") == budget
     assert 0 < state_bytes(registry) <= budget
 
-    from detectors.drift.store import SAMPLES_PER_HOUR, DriftStore
+    from detectors.drift.database import SAMPLES_PER_HOUR
+    from detectors.drift.store import DriftStore
 
     store = DriftStore(tmp_path, create=False)
     kept = len(store.samples(0)[0])

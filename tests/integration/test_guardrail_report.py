@@ -22,7 +22,7 @@ import pytest
 
 from alerts.backtest import Window, alert_rules, backfill, replay
 from alerts.backtest_command import parse_incident
-from alerts.coverage import needed_fields
+from alerts.field_coverage import needed_fields
 from alerts.guardrail_series import guardrails, recorded_names
 from alerts.rules import build_rules
 from alerts.scratch import ScratchPrometheus, import_openmetrics, write_openmetrics_series

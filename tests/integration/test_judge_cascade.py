@@ -21,8 +21,8 @@ from structlog.testing import capture_logs
 from detectors.faithfulness import FaithfulnessDetector
 from detectors.faithfulness.cascade_judge import CascadeJudge, load_cascade_judge
 from detectors.faithfulness.config import FaithfulnessConfig
-from detectors.faithfulness.judge import JudgePair, JudgeResult
-from detectors.faithfulness.judges import open_judge
+from detectors.faithfulness.judge_choice import open_judge
+from detectors.faithfulness.judge_contract import JudgePair, JudgeResult
 from detectors.faithfulness.worker import ScoringWorker
 from monitor.trace import Context, RagTrace, TierVerdict
 from tests.conftest import sample, wait_until

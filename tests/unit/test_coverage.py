@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from alerts.coverage import needed_fields
+from alerts.field_coverage import needed_fields
 from collectors.spans.assembly import SpanAssembly
 from collectors.spans.config import AssemblyConfig, MappingConfig
 from collectors.spans.span import Span

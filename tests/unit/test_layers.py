@@ -109,7 +109,7 @@ def test_imports_follow_the_layers() -> None:
         ("collectors.spans", "collectors.spans.span", True),
         ("collectors.otlp", "collectors.spans.span", True),
         ("collectors.otlp", "collectors.kafka.records", False),
-        ("collectors.kafka", "collectors.otlp.intake", True),
+        ("collectors.kafka", "collectors.otlp.export_decoding", True),
         ("collectors.kafka", "collectors.inspect.command", False),
         ("collectors.inspect", "collectors.spans.openinference", True),
         ("collectors.otlp", "collectors.inspect.view", False),

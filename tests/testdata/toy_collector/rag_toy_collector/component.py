@@ -10,7 +10,7 @@ from pathlib import Path
 from prometheus_client import Counter
 from pydantic import Field
 
-from collectors.otlp import intake
+from collectors.otlp import export_decoding
 from monitor.components import CollectorComponent, CollectorContext, Receiver
 from monitor.guardrails import GuardrailsConfig
 from monitor.intake import Consumer
@@ -72,11 +72,11 @@ class ToyFileReceiver:
                 self._offset += len(line)
                 # The intake step the built-in collectors share: a batch, or a refusal.
                 try:
-                    batch, _ = intake.spans(line, True, "otlp", self._consumer.metrics)
-                except intake.Invalid:
+                    batch, _ = export_decoding.spans(line, True, "otlp", self._consumer.metrics)
+                except export_decoding.Invalid:
                     self._lines.labels("invalid").inc()
                     continue
-                except intake.Empty:
+                except export_decoding.Empty:
                     self._lines.labels("ok").inc()
                     continue
                 self._consumer.submit(batch, timeout=2.0)

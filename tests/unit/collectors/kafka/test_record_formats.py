@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from collectors.kafka.records import decode_logs_record, decode_trace_record, sniff_format
 from collectors.names import LOG_RECORDS_TOTAL
-from collectors.otlp.intake import Empty, Invalid, Refusal
+from collectors.otlp.export_decoding import Empty, Invalid, Refusal
 from monitor.intake import SpanBatch, WholeTrace
 from monitor.names import REJECTED_SPANS_TOTAL
 from monitor.pipeline_metrics import PipelineMetrics

@@ -14,11 +14,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from structlog.testing import capture_logs
 
 from detectors.drift.config import DriftConfig
-from detectors.drift.detector import SIGNAL, DriftDetector, DriftResult
+from detectors.drift.database import SAMPLES_PER_HOUR
+from detectors.drift.detector import DriftDetector
+from detectors.drift.metrics import SIGNAL
 from detectors.drift.reference import set_reference
 from detectors.drift.report import build_report, write_report
+from detectors.drift.result import DriftResult
 from detectors.drift.scipy_backend import ScipyMmd
-from detectors.drift.store import SAMPLES_PER_HOUR, DriftStore
+from detectors.drift.store import DriftStore
 from monitor.config import Config
 from monitor.durations import parse_duration
 from monitor.trace import RagTrace
@@ -46,7 +49,7 @@ def test_scipy_false_alarm_rate_stays_at_the_level() -> None:
 @pytest.mark.parametrize("backend", ["scipy", "alibi"])
 def test_small_mean_shift_is_flagged_with_windows_of_150(backend: str) -> None:
     """A 0.35-sd mean shift in 32 dimensions is flagged, window after window, by both backends."""
-    from detectors.drift.detector import make_window_test
+    from detectors.drift.lane import make_window_test
 
     rng = np.random.default_rng(5)
     config = DriftConfig(backend=backend, p_value=0.05, n_permutations=100)

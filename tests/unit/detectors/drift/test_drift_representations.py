@@ -13,7 +13,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from structlog.testing import capture_logs
 
 from detectors.drift.config import DriftConfig
-from detectors.drift.detector import SIGNAL, DriftDetector
+from detectors.drift.detector import DriftDetector
+from detectors.drift.metrics import SIGNAL
 from detectors.drift.reference import list_references, set_reference
 from detectors.drift.store import DriftStore
 from monitor.trace import RagTrace

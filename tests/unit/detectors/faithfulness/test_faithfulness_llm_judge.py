@@ -17,9 +17,9 @@ from genai_prices import calc_price
 
 from detectors.faithfulness.component import missing_models, model_needs
 from detectors.faithfulness.config import FaithfulnessConfig
-from detectors.faithfulness.judge import batch_size_for
+from detectors.faithfulness.judge_choice import judge_identity
+from detectors.faithfulness.judge_contract import batch_size_for
 from detectors.faithfulness.judge_metrics import Prices
-from detectors.faithfulness.judges import judge_identity
 from detectors.faithfulness.llm_judge import parse_claims, parse_verdicts
 from detectors.faithfulness.openai_chat import (
     Usage,

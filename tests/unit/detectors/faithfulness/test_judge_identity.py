@@ -9,7 +9,7 @@ import pytest
 from detectors.faithfulness import llm_judge
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.hhem import HHEM_REPO, PINNED_REVISIONS
-from detectors.faithfulness.judges import judge_identity
+from detectors.faithfulness.judge_choice import judge_identity
 from monitor.trace import JudgeScore, UnscoredAnswer
 from monitor.verdict_exports.otlp_logs import EVALUATOR_ID, record_attributes
 

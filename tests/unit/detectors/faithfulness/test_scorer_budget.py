@@ -10,8 +10,8 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from detectors.faithfulness.judge import JudgePair, JudgeResult
-from detectors.faithfulness.judges import judge_identity
+from detectors.faithfulness.judge_choice import judge_identity
+from detectors.faithfulness.judge_contract import JudgePair, JudgeResult
 from detectors.faithfulness.remote import pair_record, stratum_of, verdict_from_record
 from detectors.faithfulness.scorer import Pair, Scorer
 from detectors.faithfulness.scorer_budget import FloorBudget, SeenTraces

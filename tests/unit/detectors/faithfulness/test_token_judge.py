@@ -26,8 +26,8 @@ from structlog.testing import capture_logs
 from detectors.faithfulness import component
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.hhem import ModelMissingError
-from detectors.faithfulness.judge import JudgePair, JudgeResult, WorkerStats
-from detectors.faithfulness.judges import judge_identity, open_judge
+from detectors.faithfulness.judge_choice import judge_identity, open_judge
+from detectors.faithfulness.judge_contract import JudgePair, JudgeResult, WorkerStats
 from detectors.faithfulness.token_classifier import (
     DEFAULT_TOKEN_MODEL,
     TokenClassifier,

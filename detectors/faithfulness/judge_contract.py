@@ -9,7 +9,7 @@ unsupported spans, a cascade each tier's verdict. The judges (``judge:`` in
 ``detectors.faithfulness``): ``hhem`` (``hhem_judge.py``), ``token_classifier``
 (``token_judge.py``), ``openai_compatible`` (``llm_judge.py``) and ``cascade``
 (``cascade_judge.py``: a local judge, then the LLM judge on the uncertain band);
-``judges.open_judge`` loads the configured one. Each imports this module, so it imports
+``judge_choice.open_judge`` loads the configured one. Each imports this module, so it imports
 none of them.
 """
 

@@ -2,7 +2,7 @@
 ``judge_identity``, the name each verdict carries.
 
 What a judge is (``Judge``, ``JudgePair``, ``JudgeResult``, ``ErrorKind``) is in
-``judge.py``; each judge (``hhem_judge.py``, ``llm_judge.py``) imports that, and only this
+``judge_contract.py``; each judge (``hhem_judge.py``, ``llm_judge.py``) imports that, and only this
 module imports the judges: the worker and the scorer open one here. A cascade
 (``cascade_judge.py``) opens its first judge here too, as if it were configured alone.
 """
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from detectors.faithfulness.config import FaithfulnessConfig
-    from detectors.faithfulness.judge import Judge, WorkerStats
+    from detectors.faithfulness.judge_contract import Judge, WorkerStats
 
 
 def open_judge(

@@ -7,8 +7,8 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from collectors.otlp import intake
-from collectors.otlp.intake import Empty, Invalid, RetryLater
+from collectors.otlp import export_decoding
+from collectors.otlp.export_decoding import Empty, Invalid, RetryLater
 from monitor.events import parse_labels
 from monitor.intake import Events, SpanBatch
 from monitor.names import REJECTED_SPANS_TOTAL
@@ -44,18 +44,18 @@ def _json_spans(*start_times: int) -> bytes:
          "empty-json", "undecodable", "broken-json"],
 )  # fmt: skip
 def test_a_trace_export_is_a_batch_or_one_refusal(
-    body: bytes, is_json: bool, outcome: int | type[intake.Refusal], rejected: int
+    body: bytes, is_json: bool, outcome: int | type[export_decoding.Refusal], rejected: int
 ) -> None:
     """Some valid spans: a batch of them; every span refused or undecodable: Invalid;
     nothing in it: Empty. Refused spans are counted whatever the outcome."""
     metrics = PipelineMetrics(CollectorRegistry())
     if isinstance(outcome, int):
-        batch, decoded = intake.spans(body, is_json, "kafka", metrics)
+        batch, decoded = export_decoding.spans(body, is_json, "kafka", metrics)
         assert isinstance(batch, SpanBatch)
         assert (len(batch.spans), batch.collector, decoded.rejected) == (outcome, "kafka", rejected)
     else:
         with pytest.raises(outcome):
-            intake.spans(body, is_json, "kafka", metrics)
+            export_decoding.spans(body, is_json, "kafka", metrics)
     assert sample(metrics.registry, REJECTED_SPANS_TOTAL, collector="kafka") == rejected
 
 
@@ -63,22 +63,22 @@ def test_a_labels_body_is_events_or_invalid() -> None:
     """A labels body becomes its events; one that does not validate is Invalid."""
     body = orjson.dumps([{"trace_id": TRACE, "gold_doc_ids": ["d1"]}, {"probe_id": "p1",
                          "gold_doc_ids": ["d2"]}])  # fmt: skip
-    item = intake.events(body, parse_labels, "otlp")
+    item = export_decoding.events(body, parse_labels, "otlp")
     assert (len(item.events), item.collector) == (2, "otlp")
     with pytest.raises(Invalid):
-        intake.events(b'{"gold_doc_ids": ["d1"]}', parse_labels, "otlp")
+        export_decoding.events(b'{"gold_doc_ids": ["d1"]}', parse_labels, "otlp")
 
 
 def test_submit_queues_counts_an_empty_item_and_says_retry_when_full() -> None:
     """An item is queued; one with no events is counted ok without the queue; a full queue
     is RetryLater."""
     sink = SinkConsumer(CollectorRegistry())
-    batch, _ = intake.spans(export_request([b"\x01" * 8]), False, "otlp", sink.metrics)
-    intake.submit(sink, batch, 0.0)
-    intake.submit(sink, Events((), "otlp"), 0.0)
+    batch, _ = export_decoding.spans(export_request([b"\x01" * 8]), False, "otlp", sink.metrics)
+    export_decoding.submit(sink, batch, 0.0)
+    export_decoding.submit(sink, Events((), "otlp"), 0.0)
     assert sink.items == [batch]
     assert sample(sink.metrics.registry, "rag_monitor_records_total",
                   collector="otlp", outcome="ok") == 1  # fmt: skip
     sink.accept = False
     with pytest.raises(RetryLater, match="retry later"):
-        intake.submit(sink, batch, 0.0)
+        export_decoding.submit(sink, batch, 0.0)
