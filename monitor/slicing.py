@@ -94,17 +94,12 @@ class Slicer:
         (ValueError); absent, there are none."""
         if value is None or not self.enabled:
             return ()
-        if not isinstance(value, list) or len(value) > 1 + len(self.values[DOCUMENT_TYPE]):
+        if isinstance(value, list) and len(value) > 1 + len(self.values[DOCUMENT_TYPE]):
             raise ValueError("slices must be a list of [dimension, value] pairs")
-        known = self.values
-        slices = []
-        for item in value:
-            match item:
-                case [str(dimension), str(label)] if label in known.get(dimension, ()):
-                    slices.append((dimension, label))
-                case _:
-                    raise ValueError("a slice must be a [dimension, value] this sidecar gives")
-        return tuple(slices)
+        slices = slices_from_record(value)
+        if self.kept(slices) != slices:
+            raise ValueError("a slice must be a [dimension, value] this sidecar gives")
+        return slices
 
 
 MAX_SLICES = 1 + 64 + 2  # an intent and at most every listed document type, other, none

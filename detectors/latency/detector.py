@@ -17,7 +17,7 @@ import functools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import ClassVar
 
 from ddsketch import DDSketch
@@ -112,7 +112,7 @@ class LatencyDetector(InlineDetector):
         config: LatencyConfig,
         registry: CollectorRegistry,
         clock: Callable[[], float] = time.monotonic,
-        slo_stages: Mapping[str, float] | Collection[str] = (),
+        slo_stages: Mapping[str, float] | None = None,
         slicer: Slicer | None = None,
     ) -> None:
         """``slo_stages``: the stages with a latency SLO, each with its threshold_s where the
@@ -130,10 +130,10 @@ class LatencyDetector(InlineDetector):
         self.window = SlidingQuantiles(config.window_s, config.quantiles, clock)
         registry.register(self.window)
         # Every request has its total; the other SLO stages only when their spans were found.
-        self._watched = [stage for stage in slo_stages if stage != "total"]
+        self._slo_thresholds = dict(slo_stages or {})
+        self._watched = [stage for stage in self._slo_thresholds if stage != "total"]
         self._missing = MissingInputs(registry, self.name, map(stage_field, self._watched))
         self._slicer = slicer or Slicer()
-        self._slo_thresholds = dict(slo_stages) if isinstance(slo_stages, Mapping) else {}
         self._slice_requests = SliceCounter(
             self._slicer,
             SLICE_LATENCY_REQUESTS_TOTAL,

@@ -113,7 +113,9 @@ def test_latency_observes_only_the_stages_a_trace_has() -> None:
     """With total alone, only total is observed: no other stage gets a 0 in the histogram
     or the window quantiles; the missing stage with an SLO (retrieve) is counted missing."""
     registry = CollectorRegistry()
-    detector = LatencyDetector(LatencyConfig(), registry, slo_stages=("total", "retrieve"))
+    detector = LatencyDetector(
+        LatencyConfig(), registry, slo_stages={"total": 1.5, "retrieve": 0.5}
+    )
     detector.observe(NOTHING_RETRIEVED)
     assert missing(registry, "latency", "stage_retrieve") == 1
     assert missing(registry, "latency", "stage_generate") == 0  # no SLO: not watched
