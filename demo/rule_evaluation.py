@@ -17,10 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from prometheus_client import CollectorRegistry
-
 from demo.rule_conditions import Condition, Labels, Selector, Term, conditions
 from monitor.rulekit.evidence import wilson
+from monitor.sidecar_registry import SidecarRegistry
 
 OK = "ok"
 BREACH = "BREACH"
@@ -82,7 +81,7 @@ class RuleEvaluator:
     def __init__(
         self,
         rules: dict[str, Any],
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         window_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

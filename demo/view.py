@@ -16,12 +16,11 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-
 from demo.rule_conditions import Condition
 from demo.rule_evaluation import BREACH, NOT_HERE, Looks, Reading, RuleEvaluator
 from demo.service import SERVICE, TIMELINE, Incident, SyntheticRagService, release_start
 from monitor.names import REQUESTS_TOTAL
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.variants import PRODUCTION
 
 WINDOW_SHARE = 0.1  # of the cycle; the shortest incident lasts 0.15 of it
@@ -113,7 +112,7 @@ class LiveView:
 
     def __init__(
         self,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         rules: dict[str, Any],
         service: SyntheticRagService,
         links: Links,

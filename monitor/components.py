@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from monitor.detector import Detector
@@ -31,6 +30,7 @@ from monitor.kafka_connection import KafkaConnection
 from monitor.rulekit.fragments import Row, RuleFragment
 from monitor.service_config import ServiceConfig
 from monitor.shared import Provision, SharedValues
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import Event
 
 if TYPE_CHECKING:  # numpy loads only when a backtest simulates; config imports this module
@@ -103,7 +103,7 @@ class BuildContext:
     core's sections, and what other components provide. Never another component's section:
     a value one detector needs from another is declared in ``monitor.shared``."""
 
-    registry: CollectorRegistry
+    registry: SidecarRegistry
     service: ServiceConfig  # the ``service:`` section (state_dir, state_max_bytes, variants)
     guardrails: GuardrailsConfig  # the ``guardrails:`` section
     # What the registered components provide for one another (``DetectorComponent.provides``).
@@ -137,7 +137,7 @@ class Command:
     help: str
     arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace, Config], int]
-    metrics: Callable[[Config, CollectorRegistry], None] | None = None
+    metrics: Callable[[Config, SidecarRegistry], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ def _no_series(config: object, guardrails: GuardrailsConfig, world: SimulatedWor
     return None
 
 
-def _no_metrics(registry: CollectorRegistry) -> None:
+def _no_metrics(registry: SidecarRegistry) -> None:
     return None
 
 
@@ -241,7 +241,7 @@ class DetectorComponent(Generic[SectionT]):
     fields: Callable[[SectionT, GuardrailsConfig], Collection[str]] = _no_fields
     simulate: Callable[[SectionT, GuardrailsConfig, SimulatedWorld], None] = _no_series
     incidents: tuple[str, ...] = ()
-    late_metrics: Callable[[CollectorRegistry], None] = _no_metrics
+    late_metrics: Callable[[SidecarRegistry], None] = _no_metrics
     require_extras: Callable[[SectionT], None] = _no_extras
     provides: Callable[[SectionT], Sequence[Provision]] = _provides_nothing
 

@@ -31,7 +31,6 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
-from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -43,6 +42,7 @@ from monitor.names import (
     RETRIEVAL_CALLS,
     TOOL_CALLS_TOTAL,
 )
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import STAGES, RagTrace
 from monitor.variants import LABEL_VALUE, OTHER, bounded_label
 
@@ -156,7 +156,7 @@ class FieldCoverage(Collector):
     present value bound on an instrumentation's first request.
     """
 
-    def __init__(self, registry: CollectorRegistry, instrumentations: Collection[str]) -> None:
+    def __init__(self, registry: SidecarRegistry, instrumentations: Collection[str]) -> None:
         self._allowed = frozenset(instrumentations)
         self._present = tuple(PRESENT.values())
         self._tallies: dict[str, _Tally] = {}

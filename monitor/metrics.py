@@ -1,46 +1,17 @@
-"""Metrics that several components of one registry share.
-
-prometheus_client refuses a second registration of a name, so a metric that
-more than one component writes (each sampler's counts, every detector's up
-gauge) is created once per registry here and handed out again after that.
-"""
+"""The metric families that components of every kind write, each under its own labels
+(``SidecarRegistry.family`` registers each once per sidecar)."""
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections.abc import Sequence
-from typing import Any, TypeVar
-
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import Counter, Gauge
 
 from monitor.names import DETECTOR_UP, QUEUE_DEPTH, SAMPLES_TOTAL
-
-_Metric = TypeVar("_Metric", Counter, Gauge)
-_shared: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, Any]] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+from monitor.sidecar_registry import SidecarRegistry
 
 
-def shared_metric(
-    registry: CollectorRegistry,
-    kind: type[_Metric],
-    name: str,
-    documentation: str,
-    labelnames: Sequence[str],
-) -> _Metric:
-    """The metric ``name`` of ``registry``, registered on first use and reused after."""
-    with _lock:
-        metrics = _shared.setdefault(registry, {})
-        if name not in metrics:
-            metrics[name] = kind(name, documentation, labelnames, registry=registry)
-        metric: _Metric = metrics[name]
-        return metric
-
-
-def detector_up(registry: CollectorRegistry) -> Gauge:
+def detector_up(registry: SidecarRegistry) -> Gauge:
     """``rag_monitor_detector_up{detector}``: 1 when a detector can do its work, else 0."""
-    return shared_metric(
-        registry,
+    return registry.family(
         Gauge,
         DETECTOR_UP,
         "1 when the detector is working; 0 when it cannot (for example, its model is "
@@ -49,11 +20,10 @@ def detector_up(registry: CollectorRegistry) -> Gauge:
     )
 
 
-def samples_counter(registry: CollectorRegistry) -> Counter:
+def samples_counter(registry: SidecarRegistry) -> Counter:
     """``rag_monitor_samples_total{detector,outcome}``: what the samplers queued, settled
     or dropped."""
-    return shared_metric(
-        registry,
+    return registry.family(
         Counter,
         SAMPLES_TOTAL,
         "Traces taken for an expensive detector: queued, settled inline (the detector "
@@ -63,6 +33,6 @@ def samples_counter(registry: CollectorRegistry) -> Counter:
     )
 
 
-def queue_depth(registry: CollectorRegistry) -> Gauge:
+def queue_depth(registry: SidecarRegistry) -> Gauge:
     """``rag_monitor_queue_depth{queue}``: items waiting in each bounded queue."""
-    return shared_metric(registry, Gauge, QUEUE_DEPTH, "Items waiting in a queue.", ["queue"])
+    return registry.family(Gauge, QUEUE_DEPTH, "Items waiting in a queue.", ["queue"])

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 
 from monitor.coverage import PRESENT
-from monitor.metrics import shared_metric
 from monitor.names import MISSING_INPUTS_TOTAL
+from monitor.sidecar_registry import SidecarRegistry
 
 
 class MissingInputs:
@@ -31,9 +31,8 @@ class MissingInputs:
     Its series exist at 0 from the start, so a rate over them is defined before the first
     miss."""
 
-    def __init__(self, registry: CollectorRegistry, detector: str, fields: Iterable[str]) -> None:
-        counter = shared_metric(
-            registry,
+    def __init__(self, registry: SidecarRegistry, detector: str, fields: Iterable[str]) -> None:
+        counter = registry.family(
             Counter,
             MISSING_INPUTS_TOTAL,
             "Traces a detector could not use because a field it reads was missing (no "

@@ -78,7 +78,7 @@ class Pipeline:
             on_tick=self._tick,
             finish=self._drain,
             drain_s=DRAIN_S,
-            registry=metrics.registry,
+            supervisor=metrics.registry.supervisor,
         )
         metrics.queue_depth.labels("ingest").set_function(lambda: self._worker.depth)
         metrics.pending.set_function(lambda: self._assembler.pending)

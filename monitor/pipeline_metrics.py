@@ -7,7 +7,7 @@ import functools
 from collections.abc import Collection
 from typing import Literal, get_args
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import Counter, Gauge
 
 from monitor.coverage import DEFAULT_INSTRUMENTATIONS, FieldCoverage
 from monitor.metrics import queue_depth
@@ -22,6 +22,7 @@ from monitor.names import (
     REJECTED_SPANS_TOTAL,
     REQUESTS_TOTAL,
 )
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import Source
 from monitor.variants import DEFAULT_VARIANTS, ByVariant, VariantFolding
 
@@ -37,7 +38,7 @@ class PipelineMetrics:
 
     def __init__(
         self,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         variants: Collection[str] = DEFAULT_VARIANTS,
         instrumentations: Collection[str] = DEFAULT_INSTRUMENTATIONS,
     ) -> None:
@@ -102,7 +103,7 @@ class PipelineMetrics:
         self.records.labels(collector, outcome).inc()
 
 
-def _refused_spans(registry: CollectorRegistry) -> dict[Source, Counter]:
+def _refused_spans(registry: SidecarRegistry) -> dict[Source, Counter]:
     """The refused-span counter's one reason, bound per collector (both exist at 0)."""
     refused = Counter(
         REFUSED_SPANS_TOTAL,

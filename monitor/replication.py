@@ -16,9 +16,9 @@ import orjson
 import structlog
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
-from prometheus_client import CollectorRegistry
 
 from monitor.kafka_connection import KafkaConnection
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.worker import Worker
 
 log = structlog.get_logger("rag_monitor.replication")
@@ -87,7 +87,7 @@ class TopicReader:
         name: str,
         connect: Callable[[], KafkaConsumer | None],
         take: Callable[[str, bytes], None],
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         *,
         after_poll: Callable[[KafkaConsumer], None] = lambda _: None,
         before_close: Callable[[], None] = lambda: None,
@@ -99,7 +99,7 @@ class TopicReader:
         self._consumer: KafkaConsumer | None = None
         self._failing = False
         self._worker: Worker[None] = Worker(
-            name, step=self._step, finish=self._finish, registry=registry
+            name, step=self._step, finish=self._finish, supervisor=registry.supervisor
         )
 
     def start(self) -> None:
@@ -149,7 +149,7 @@ class WholeTopicReader(TopicReader):
         settings: dict[str, Any],
         topics: Sequence[str],
         take: Callable[[str, bytes], None],
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         *,
         consumer_factory: Callable[..., KafkaConsumer] = KafkaConsumer,
     ) -> None:

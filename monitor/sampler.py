@@ -30,10 +30,11 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import Gauge
 
-from monitor.metrics import queue_depth, samples_counter, shared_metric
+from monitor.metrics import queue_depth, samples_counter
 from monitor.names import EFFECTIVE_SAMPLE_RATE
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import Event, Feedback, RagTrace
 
 SampleReason = Literal["rate", "probe", "thumbs_down"]
@@ -133,10 +134,9 @@ class HourlyTraffic:
         return self._total * 3600.0 / covered
 
 
-def effective_sample_rate(registry: CollectorRegistry) -> Gauge:
+def effective_sample_rate(registry: SidecarRegistry) -> Gauge:
     """``rag_monitor_effective_sample_rate{detector}``: the rate in force, floor included."""
-    return shared_metric(
-        registry,
+    return registry.family(
         Gauge,
         EFFECTIVE_SAMPLE_RATE,
         "Share of traces a sampler takes by hash now: sample_rate, raised by "
@@ -151,7 +151,7 @@ class Sampler:
     def __init__(
         self,
         detector: str,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         *,
         sample_rate: float,
         always_sample: Collection[str],

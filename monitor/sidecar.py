@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import structlog
-from prometheus_client import CollectorRegistry
 
 from monitor.components import (
     BuildContext,
@@ -44,13 +43,13 @@ from monitor.names import (
 )
 from monitor.pipeline import Pipeline
 from monitor.pipeline_metrics import PipelineMetrics
-from monitor.worker import supervisor
+from monitor.sidecar_registry import SidecarRegistry
 
 log = structlog.get_logger("rag_monitor")
 
 
 def build_detectors(
-    config: Config, registry: CollectorRegistry, emit: EventHook | None = None
+    config: Config, registry: SidecarRegistry, emit: EventHook | None = None
 ) -> list[Detector]:
     """One detector per registered component, in component order. ``emit`` is the hook
     their events go through once it is bound to the pipeline. Raises ``MissingExtraError``
@@ -77,11 +76,11 @@ class Sidecar:
     def __init__(
         self,
         config: Config,
-        registry: CollectorRegistry | None = None,
+        registry: SidecarRegistry | None = None,
         extra_detectors: Sequence[Detector] = (),
     ) -> None:
         self.config = config
-        self.registry = registry or CollectorRegistry()
+        self.registry = registry or SidecarRegistry()
         self.readiness = Readiness()
         collectors = load_collectors()
         emit = EventHook()
@@ -110,7 +109,7 @@ class Sidecar:
             metrics.port,
             self.registry,
             self.readiness,
-            health=supervisor(self.registry).failing,
+            health=self.registry.supervisor.failing,
         )
         self._stopped = threading.Event()
 
@@ -185,7 +184,7 @@ _STOP_TOTALS = {
 }
 
 
-def stop_totals(registry: CollectorRegistry) -> dict[str, dict[str, int]]:
+def stop_totals(registry: SidecarRegistry) -> dict[str, dict[str, int]]:
     """Counter totals for the ``stopped`` line, keyed by their label values joined with
     ``/``: traces by source, records by collector/outcome, assembled traces by outcome,
     items dropped by worker, HTTP refusals by server/reason. Variants are added up: the
@@ -215,11 +214,11 @@ def raise_open_file_limit(connections: int) -> None:
     report("open_file_limit", soft=soft, hard=hard, needed=needed)
 
 
-def _workers_up(registry: CollectorRegistry) -> dict[str, bool]:
+def _workers_up(registry: SidecarRegistry) -> dict[str, bool]:
     """Supervised worker -> up, as its ``rag_monitor_worker_up`` sample reads."""
     return {
         sample.labels["worker"]: sample.value == 1
-        for family in supervisor(registry).collect()
+        for family in registry.supervisor.collect()
         if family.name == WORKER_UP
         for sample in family.samples
     }

@@ -21,8 +21,9 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import RagTrace
 from monitor.variants import NONE, OTHER, bounded_label
 
@@ -135,7 +136,7 @@ class SliceCounter:
         slicer: Slicer,
         name: str,
         documentation: str,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         labels: Collection[str] = (),
     ) -> None:
         self.enabled = slicer.enabled

@@ -2,7 +2,7 @@
 
 Everything the sidecar keeps on disk lives in one directory with one budget,
 ``service.state_max_bytes``. A ``StateDir`` is shared by everything that writes
-there (one per registry, ``shared_state_dir``) and exports:
+there (one per sidecar, ``SidecarRegistry.state_dir``) and exports:
 
 - ``rag_monitor_state_bytes{file}``: bytes of each top-level entry (a folder
   counts with everything under it), read at scrape time, WAL and journal files
@@ -23,12 +23,10 @@ import os
 import sqlite3
 import threading
 import time
-import weakref
 from collections.abc import Iterable
 from pathlib import Path
 
 import structlog
-from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from monitor.names import STATE_BYTES, STATE_MAX_BYTES, STATE_WRITE_ERRORS_TOTAL
@@ -213,19 +211,3 @@ def _entry_bytes(entry: os.DirEntry[str]) -> int:
         return entry.stat(follow_symlinks=False).st_size
     except OSError:
         return 0  # removed while it was read
-
-
-_shared: weakref.WeakKeyDictionary[CollectorRegistry, StateDir] = weakref.WeakKeyDictionary()
-_shared_lock = threading.Lock()
-
-
-def shared_state_dir(
-    registry: CollectorRegistry, path: Path, max_bytes: int = DEFAULT_STATE_MAX_BYTES
-) -> StateDir:
-    """The ``StateDir`` of ``registry``, registered on first use and reused after."""
-    with _shared_lock:
-        found = _shared.get(registry)
-        if found is None:
-            found = _shared[registry] = StateDir(path, max_bytes)
-            registry.register(found)
-        return found

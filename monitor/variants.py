@@ -19,10 +19,11 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
 from typing import Annotated, Generic, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 from pydantic import AfterValidator
 
 from monitor.names import VARIANT_FOLDED_TOTAL
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import RagTrace
 
 PRODUCTION = "production"  # the variant of a trace without rag.variant: what users are served
@@ -75,7 +76,7 @@ def variant_of(trace: RagTrace) -> str:
 class VariantFolding:
     """Folds each trace's ``rag.variant`` into ``service.variants``; counts what it folds."""
 
-    def __init__(self, variants: Collection[str], registry: CollectorRegistry) -> None:
+    def __init__(self, variants: Collection[str], registry: SidecarRegistry) -> None:
         self.allowed = frozenset({PRODUCTION, *variants})
         self._folded = Counter(
             VARIANT_FOLDED_TOTAL,

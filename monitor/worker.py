@@ -18,8 +18,8 @@ or, without a queue, calls ``step`` again and again (the Kafka poll loop).
   would otherwise end the thread silently) ends the thread, is logged once and
   marks the worker dead; ``finish`` still runs.
 
-Started workers report to the ``Supervisor`` of their registry, which answers
-``/healthz`` and exports ``rag_monitor_worker_up`` and
+Started workers report to their sidecar's ``Supervisor`` (``SidecarRegistry.supervisor``),
+which answers ``/healthz`` and exports ``rag_monitor_worker_up`` and
 ``rag_monitor_worker_dropped_total``.
 """
 
@@ -28,12 +28,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable
 from typing import Generic, Literal, TypeVar
 
 import structlog
-from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from monitor.names import WORKER_DROPPED_TOTAL, WORKER_UP
@@ -72,7 +70,7 @@ class Worker(Generic[T]):
         drain_s: float = 10.0,
         stop_timeout_s: float | None = None,
         stall_after_s: float | None = None,
-        registry: CollectorRegistry | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         if (handle is None) == (step is None):
             raise ValueError("a worker takes exactly one of handle (queue) or step (loop)")
@@ -93,7 +91,7 @@ class Worker(Generic[T]):
         self.stall_after_s = (
             max(STALL_TICKS * tick_s, MIN_STALL_S) if stall_after_s is None else stall_after_s
         )
-        self._registry = registry
+        self._supervisor = supervisor
         self._stop = threading.Event()
         self._deadline = float("inf")
         self._accepting = True
@@ -110,8 +108,8 @@ class Worker(Generic[T]):
         if not self._move("starting", ("new",)):
             return
         self._heartbeat = time.monotonic()
-        if self._registry is not None:
-            supervisor(self._registry).watch(self)
+        if self._supervisor is not None:
+            self._supervisor.watch(self)
         self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
         self._thread.start()
 
@@ -341,17 +339,3 @@ class Supervisor:
             labels=["worker"],
         )
         return up, dropped
-
-
-_supervisors: weakref.WeakKeyDictionary[CollectorRegistry, Supervisor] = weakref.WeakKeyDictionary()
-_supervisors_lock = threading.Lock()
-
-
-def supervisor(registry: CollectorRegistry) -> Supervisor:
-    """The ``Supervisor`` of ``registry``, registered on first use and reused after."""
-    with _supervisors_lock:
-        found = _supervisors.get(registry)
-        if found is None:
-            found = _supervisors[registry] = Supervisor()
-            registry.register(found)
-        return found

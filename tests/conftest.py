@@ -27,12 +27,12 @@ import structlog
 import yaml
 from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.config import Config
 from monitor.detector import Detector
 from monitor.sidecar import Sidecar
+from monitor.sidecar_registry import SidecarRegistry
 from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -80,7 +80,7 @@ def wait_until(condition: Callable[[], Any], timeout: float = 20.0, every: float
         time.sleep(every)
 
 
-def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
+def sample(registry: SidecarRegistry, name: str, **labels: str) -> float:
     """The summed value of the samples of ``name`` whose labels include ``labels``; 0 when
     none exists yet. A label not named (``variant``, say) is summed over."""
     return sum(
@@ -91,7 +91,7 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
     )
 
 
-def state_bytes(registry: CollectorRegistry) -> float:
+def state_bytes(registry: SidecarRegistry) -> float:
     """rag_monitor_state_bytes summed over the entries of state_dir, as a rule sums it."""
     return sum(
         s.value
@@ -142,7 +142,7 @@ def start_sidecar() -> Iterator[Callable[..., Sidecar]]:
     started: list[Sidecar] = []
 
     def start(extra_detectors: Sequence[Detector] = (), **sections: Any) -> Sidecar:
-        sidecar = Sidecar(make_config(**sections), CollectorRegistry(), extra_detectors)
+        sidecar = Sidecar(make_config(**sections), SidecarRegistry(), extra_detectors)
         sidecar.start()
         started.append(sidecar)
         return sidecar

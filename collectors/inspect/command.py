@@ -130,11 +130,10 @@ class _Received:
     """The consumer behind the receiver: keeps the spans of every export."""
 
     def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry
-
         from monitor.pipeline_metrics import PipelineMetrics
+        from monitor.sidecar_registry import SidecarRegistry
 
-        self.metrics = PipelineMetrics(CollectorRegistry())
+        self.metrics = PipelineMetrics(SidecarRegistry())
         self.spans: list[Span] = []
         self._lock = threading.Lock()
 

@@ -89,7 +89,7 @@ class KafkaCollector:
             tick_s=_POLL_TIMEOUT_MS / 1000,
             stop_timeout_s=_STOP_TIMEOUT_S,
             stall_after_s=_STALL_S,
-            registry=pipeline.metrics.registry,
+            supervisor=pipeline.metrics.registry.supervisor,
         )
         self._dead_letters = (
             None

@@ -21,11 +21,12 @@ import structlog
 from kafka import AsyncConsumerRebalanceListener, KafkaConsumer
 from kafka.errors import CoordinatorNotAvailableError, KafkaError
 from kafka.structs import OffsetAndMetadata, TopicPartition
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 
 from collectors.kafka.group import coordinator_known
 from collectors.kafka.offsets import OffsetTracker
 from collectors.names import KAFKA_COMMIT_FAILURES_TOTAL, KAFKA_HANDED_BACK_RECORDS_TOTAL
+from monitor.sidecar_registry import SidecarRegistry
 
 log = structlog.get_logger("rag_monitor.kafka")
 
@@ -43,7 +44,7 @@ class Commits:
     def __init__(
         self,
         offsets: OffsetTracker,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         released: Callable[[set[TopicPartition]], None],
     ) -> None:
         self._offsets = offsets

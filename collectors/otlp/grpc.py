@@ -29,7 +29,7 @@ from google.rpc.status_pb2 import Status
 
 from collectors.otlp import export_decoding
 from collectors.otlp.config import OtlpConfig
-from monitor.http.inflight import OTLP_DECODE_FACTOR, ByteBudget, shared_budget
+from monitor.http.inflight import OTLP_DECODE_FACTOR, ByteBudget
 from monitor.http.limits import refused_counter
 from monitor.intake import Consumer, Events, SpanBatch
 
@@ -132,7 +132,7 @@ class OtlpGrpcReceiver:
 
     def __init__(self, config: OtlpConfig, pipeline: Consumer, token: str | None = None) -> None:
         self._config = config
-        budget = shared_budget(pipeline.metrics.registry, "otlp", config.max_inflight_bytes)
+        budget = pipeline.metrics.registry.budget("otlp", config.max_inflight_bytes)
         self._service = _TraceService(pipeline, token, budget)
         self._server: grpc.Server | None = None
         self.port: int = config.grpc.port

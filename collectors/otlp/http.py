@@ -24,7 +24,7 @@ from google.rpc.status_pb2 import Status
 from collectors.otlp import export_decoding
 from collectors.otlp.config import OtlpConfig
 from monitor.events import parse_feedback, parse_labels
-from monitor.http.inflight import OTLP_DECODE_FACTOR, shared_budget
+from monitor.http.inflight import OTLP_DECODE_FACTOR
 from monitor.http.limits import HttpLimits
 from monitor.http.service import HttpService
 from monitor.http.wire import Request, Response
@@ -70,7 +70,7 @@ class OtlpHttpReceiver(HttpService):
             config.http.port,
             HttpLimits.of(config.http),
             registry=registry,
-            budget=shared_budget(registry, "otlp", config.max_inflight_bytes),
+            budget=registry.budget("otlp", config.max_inflight_bytes),
             discard_bytes=_DISCARD_FACTOR * config.max_request_bytes,
         )
 

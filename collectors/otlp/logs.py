@@ -11,7 +11,6 @@ the others of the request kept, as the traces receiver does with spans.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +21,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceResponse,
 )
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 
 from collectors.names import LOG_RECORDS_TOTAL
 from collectors.otlp.decode import (
@@ -36,25 +35,21 @@ from collectors.otlp.decode import (
     parse_proto,
 )
 from collectors.spans.evaluations import EVALUATION_EVENT, genai_result
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import EvaluationResult
 
-# Log records received (LOG_RECORDS_TOTAL), by collector and kind: evaluation (became an
-# event), ignored (another event or a plain log line), rejected (a malformed id).
-_COUNTERS: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
 
-
-def log_records_counter(registry: CollectorRegistry) -> Counter:
-    """The registry's log-record counter, shared by the HTTP and gRPC receivers."""
-    counter = _COUNTERS.get(registry)
-    if counter is None:
-        counter = _COUNTERS[registry] = Counter(
-            LOG_RECORDS_TOTAL,
-            "OTLP log records by collector and kind: evaluation (gen_ai.evaluation.result, "
-            "became an event), ignored (any other record), rejected (a malformed id).",
-            ["collector", "kind"],
-            registry=registry,
-        )
-    return counter
+def log_records_counter(registry: SidecarRegistry) -> Counter:
+    """The sidecar's log-record counter, shared by the HTTP and gRPC receivers: log records
+    received by collector and kind: evaluation (became an event), ignored (another event or a
+    plain log line), rejected (a malformed id)."""
+    return registry.family(
+        Counter,
+        LOG_RECORDS_TOTAL,
+        "OTLP log records by collector and kind: evaluation (gen_ai.evaluation.result, "
+        "became an event), ignored (any other record), rejected (a malformed id).",
+        ["collector", "kind"],
+    )
 
 
 @dataclass
@@ -70,7 +65,7 @@ class DecodedLogs:
         self.rejected += 1
         self.first_error = self.first_error or reason
 
-    def count(self, registry: CollectorRegistry, collector: str) -> None:
+    def count(self, registry: SidecarRegistry, collector: str) -> None:
         counter = log_records_counter(registry)
         for kind, value in (("evaluation", len(self.results)), ("ignored", self.ignored),
                             ("rejected", self.rejected)):  # fmt: skip

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import Counter, Histogram
 
 from detectors.cost.config import CostConfig, ModelPrice
 from detectors.cost.names import (
@@ -32,6 +32,7 @@ from detectors.cost.names import (
 from monitor.detector import InlineDetector
 from monitor.missing import MissingInputs
 from monitor.names import SLICE_COST_REQUESTS_TOTAL, SLICE_COST_USD_TOTAL
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.slicing import SliceCounter, Slicer
 from monitor.trace import RagTrace, Usage
 from monitor.variants import PRODUCTION, ByVariant, variant_of
@@ -170,7 +171,7 @@ class CostDetector(InlineDetector):
     name: ClassVar[str] = "cost"
 
     def __init__(
-        self, config: CostConfig, registry: CollectorRegistry, slicer: Slicer | None = None
+        self, config: CostConfig, registry: SidecarRegistry, slicer: Slicer | None = None
     ) -> None:
         self.prices = PriceBook(config.overrides)
         self._slicer = slicer or Slicer()

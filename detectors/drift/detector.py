@@ -29,7 +29,6 @@ from typing import ClassVar
 
 import numpy as np
 import structlog
-from prometheus_client import CollectorRegistry
 
 from detectors.drift.config import DriftConfig
 from detectors.drift.lane import Lane
@@ -39,7 +38,8 @@ from detectors.drift.result import DriftResult, Vectors
 from detectors.drift.state_writer import StateWriter
 from monitor.metrics import queue_depth
 from monitor.missing import MissingInputs
-from monitor.state import DEFAULT_STATE_MAX_BYTES, shared_state_dir
+from monitor.sidecar_registry import SidecarRegistry
+from monitor.state import DEFAULT_STATE_MAX_BYTES
 from monitor.trace import Event, RagTrace
 from monitor.worker import Worker
 
@@ -77,7 +77,7 @@ class DriftDetector:
         self,
         config: DriftConfig,
         state_dir: Path,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         *,
         clock: Callable[[], float] = time.time,
         seed: int | None = None,
@@ -85,7 +85,7 @@ class DriftDetector:
     ) -> None:
         self.config = config
         self.state_dir = Path(state_dir)
-        self.state = shared_state_dir(registry, self.state_dir, state_max_bytes)
+        self.state = registry.state_dir(self.state_dir, state_max_bytes)
         self.metrics = DriftMetrics(registry)
         # The input the detector tests: traced query vectors, or the query its embedder embeds.
         needs = "query_vector" if config.embedder is None else "query"
@@ -103,7 +103,7 @@ class DriftDetector:
             finish=self._close,
             drain_s=DRAIN_S,
             stall_after_s=STALL_S,
-            registry=registry,
+            supervisor=registry.supervisor,
         )
         queue_depth(registry).labels("drift").set_function(lambda: self._worker.depth)
         self._state: _DriftState | None = None

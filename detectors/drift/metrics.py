@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import Counter, Gauge
 
 from detectors.drift.names import (
     DETECTED,
@@ -32,6 +32,7 @@ from detectors.drift.names import (
     VECTORS_TOTAL,
 )
 from detectors.drift.result import DriftResult
+from monitor.sidecar_registry import SidecarRegistry
 
 SIGNAL = "query_embedding"
 RejectReason = Literal["wrong_dimension", "not_finite", "queue_full", "unusable_reference"]
@@ -40,7 +41,7 @@ RejectReason = Literal["wrong_dimension", "not_finite", "queue_full", "unusable_
 class DriftMetrics:
     """The detector's counters and gauges on an injected registry."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: SidecarRegistry) -> None:
         # Labelled, with no child made here: absent until ``show`` sets one.
         self.statistic = Gauge(
             MMD_STATISTIC,
@@ -97,7 +98,7 @@ class DriftMetrics:
         ).labels(SIGNAL)
         self._add_representation_series(registry)
 
-    def _add_representation_series(self, registry: CollectorRegistry) -> None:
+    def _add_representation_series(self, registry: SidecarRegistry) -> None:
         self.representation_changes = Counter(
             REPRESENTATION_CHANGES,
             "Times a representation (embedding model) not in the last window_size vectors "

@@ -25,7 +25,7 @@ import math
 from collections import OrderedDict
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import Counter, Histogram
 
 from detectors.evaluations.config import EvaluationRule, EvaluationsConfig
 from detectors.evaluations.names import (
@@ -37,6 +37,7 @@ from detectors.evaluations.names import (
 )
 from detectors.evaluations.repeats import CountedResults
 from monitor.detector import InlineDetector
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import (
     EvaluationResult,
     Event,
@@ -71,7 +72,7 @@ class EvaluationsDetector(InlineDetector):
     def __init__(
         self,
         config: EvaluationsConfig,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         emitter: EvaluationEmitter | None = None,
     ) -> None:
         self._config = config

@@ -54,7 +54,7 @@ from detectors.faithfulness.names import (
 from monitor.trace import TierVerdict
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
+    from monitor.sidecar_registry import SidecarRegistry
 
 log = structlog.get_logger("rag_monitor.faithfulness")
 
@@ -71,7 +71,7 @@ class CascadeMetrics:
 
     def __init__(
         self,
-        registry: CollectorRegistry | None,
+        registry: SidecarRegistry | None,
         first: str,
         second: str,
         budget: SpendBudget | None = None,
@@ -239,7 +239,7 @@ class CascadeJudge:
 def load_cascade_judge(
     config: FaithfulnessConfig,
     *,
-    registry: CollectorRegistry | None,
+    registry: SidecarRegistry | None,
     on_stats: Callable[[WorkerStats], None],
     stopping: threading.Event,
     window_s: float = WINDOW_S,

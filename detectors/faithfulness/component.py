@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry
-
 from detectors.faithfulness import alerting
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.hhem import (
@@ -25,6 +23,7 @@ from monitor.detector import Detector
 from monitor.extras import missing_modules, require_extra
 from monitor.guardrails import GuardrailsConfig
 from monitor.shared import SLICER
+from monitor.sidecar_registry import SidecarRegistry
 
 if TYPE_CHECKING:
     from monitor.rulekit.simulation import SimulatedWorld
@@ -221,7 +220,7 @@ def _simulate(
     series(config, guardrails, world)
 
 
-def _late_metrics(registry: CollectorRegistry) -> None:
+def _late_metrics(registry: SidecarRegistry) -> None:
     """The HHEM precision gauge (declared once the model is loaded), an LLM judge's
     counters (declared when one is configured) and a cascade's (when it loads)."""
     from detectors.faithfulness.cascade_judge import CascadeMetrics

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.judge_choice import judge_identity
@@ -47,6 +47,7 @@ from monitor.names import (
     SLICE_FAITHFULNESS_SCORED_TOTAL,
 )
 from monitor.sampler import Sampled, Sampler
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.slicing import Slice, SliceCounter, Slicer
 from monitor.trace import Event, JudgeScore, RagTrace, UnscoredAnswer
 from monitor.variants import PRODUCTION, ByVariant, variant_of
@@ -71,9 +72,7 @@ class FaithfulnessMetrics:
     (``judge_choice.judge_identity``), and ``rag_faithfulness_judge_info`` names the judge this
     process runs: the rules keep each judge apart and follow the current one."""
 
-    def __init__(
-        self, registry: CollectorRegistry, judge: str, slicer: Slicer | None = None
-    ) -> None:
+    def __init__(self, registry: SidecarRegistry, judge: str, slicer: Slicer | None = None) -> None:
         self._judge = judge
         slicer = slicer or Slicer()
         self.slice_scored = SliceCounter(
@@ -174,7 +173,7 @@ class FaithfulnessDetector:
     def __init__(
         self,
         config: FaithfulnessConfig,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         *,
         worker: ScoringWorker | None = None,
         annotator: PhoenixAnnotator | None = None,

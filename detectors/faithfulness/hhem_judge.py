@@ -39,10 +39,9 @@ from detectors.faithfulness.judge_contract import (
 from detectors.faithfulness.names import PRECISION_INFO
 from detectors.faithfulness.precision import calibrate
 from detectors.faithfulness.triage import split_sentences
-from monitor.metrics import shared_metric
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
+    from monitor.sidecar_registry import SidecarRegistry
 
 log = structlog.get_logger("rag_monitor.faithfulness")
 
@@ -158,7 +157,7 @@ class HhemJudge:
 def load_hhem_judge(
     config: FaithfulnessConfig,
     *,
-    registry: CollectorRegistry | None,
+    registry: SidecarRegistry | None,
     on_stats: Callable[[WorkerStats], None],
     stopping: threading.Event,
 ) -> HhemJudge:
@@ -215,10 +214,9 @@ def load_hhem_judge(
     )
 
 
-def precision_info(registry: CollectorRegistry) -> Gauge:
+def precision_info(registry: SidecarRegistry) -> Gauge:
     """``rag_faithfulness_precision_info{precision}``, declared when the model is loaded."""
-    return shared_metric(
-        registry,
+    return registry.family(
         Gauge,
         PRECISION_INFO,
         "1 for the precision the HHEM model runs in (chosen by measurement when "

@@ -18,16 +18,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import threading
 
-    from prometheus_client import CollectorRegistry
-
     from detectors.faithfulness.config import FaithfulnessConfig
     from detectors.faithfulness.judge_contract import Judge, WorkerStats
+    from monitor.sidecar_registry import SidecarRegistry
 
 
 def open_judge(
     config: FaithfulnessConfig,
     *,
-    registry: CollectorRegistry | None,
+    registry: SidecarRegistry | None,
     on_stats: Callable[[WorkerStats], None],
     stopping: threading.Event,
 ) -> Judge:

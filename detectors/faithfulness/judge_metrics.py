@@ -22,12 +22,10 @@ from detectors.faithfulness.names import (
     JUDGE_TOKENS_TOTAL,
 )
 from detectors.faithfulness.openai_chat import REQUEST_OUTCOMES, RequestOutcome, Usage
-from monitor.metrics import shared_metric
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
-
     from detectors.faithfulness.config import LlmJudgeConfig
+    from monitor.sidecar_registry import SidecarRegistry
 
 _MTOK = 1_000_000
 _M = TypeVar("_M", Counter, Gauge)
@@ -74,7 +72,7 @@ class JudgeMetrics:
 
     def __init__(
         self,
-        registry: CollectorRegistry | None,
+        registry: SidecarRegistry | None,
         judge: str,
         prices: Prices | None,
         on_cost: Callable[[float], None] | None = None,
@@ -153,7 +151,7 @@ class JudgeMetrics:
 
 
 def judge_metric(
-    registry: CollectorRegistry | None,
+    registry: SidecarRegistry | None,
     kind: type[_M],
     name: str,
     documentation: str,
@@ -163,4 +161,4 @@ def judge_metric(
     declare the same family), or unregistered without one (a judge used on its own)."""
     if registry is None:
         return kind(name, documentation, labels, registry=None)
-    return shared_metric(registry, kind, name, documentation, labels)
+    return registry.family(kind, name, documentation, labels)

@@ -58,7 +58,7 @@ from detectors.faithfulness.judge_metrics import JudgeMetrics, Prices
 from detectors.faithfulness.openai_chat import ChatClient, ChatError
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
+    from monitor.sidecar_registry import SidecarRegistry
 
 log = structlog.get_logger("rag_monitor.faithfulness")
 
@@ -248,7 +248,7 @@ class LlmJudge:
 def load_llm_judge(
     config: FaithfulnessConfig,
     *,
-    registry: CollectorRegistry | None,
+    registry: SidecarRegistry | None,
     on_stats: Callable[[WorkerStats], None],
     stopping: threading.Event,
     on_cost: Callable[[float], None] | None = None,

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, Literal, get_args
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.judge_contract import JudgeOutcome
@@ -34,6 +34,7 @@ from detectors.faithfulness.triage import premise_of
 from monitor.kafka_connection import KafkaConnection
 from monitor.replication import TopicPublisher, WholeTopicReader, client_settings
 from monitor.sampler import Sampled, trace_fraction
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.slicing import Slicer, slices_record
 from monitor.trace import (
     Event,
@@ -138,7 +139,7 @@ class PairPublisher:
         config: FaithfulnessConfig,
         kafka: KafkaConnection,
         source: queue.Queue[Sampled],
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         emit: Callable[[Event], bool] | None,
         *,
         slicer: Slicer,
@@ -174,7 +175,7 @@ class PairPublisher:
             batch_size=64,
             finish=self._publisher.close,
             drain_s=5.0,
-            registry=registry,
+            supervisor=registry.supervisor,
         )
         self._reader = WholeTopicReader(
             "faithfulness-results", settings, [config.remote.results_topic], self._take, registry

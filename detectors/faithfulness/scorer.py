@@ -24,7 +24,7 @@ import orjson
 import structlog
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import CommitFailedError, KafkaError
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import Counter, Gauge
 
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.detector import FaithfulnessMetrics
@@ -39,6 +39,7 @@ from detectors.faithfulness.remote import score_record, unscored_record
 from detectors.faithfulness.scorer_budget import FloorBudget, SeenTraces
 from monitor.kafka_connection import KafkaConnection
 from monitor.replication import WholeTopicReader, client_settings
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.slicing import Slice, Slicer
 from monitor.trace import JudgeScore, UnscoredAnswer
 
@@ -85,7 +86,7 @@ class Pair:
 class ScorerMetrics(FaithfulnessMetrics):
     """The inline detector's metrics plus what only a scorer does."""
 
-    def __init__(self, registry: CollectorRegistry, judge: str, slicer: Slicer) -> None:
+    def __init__(self, registry: SidecarRegistry, judge: str, slicer: Slicer) -> None:
         super().__init__(registry, judge, slicer)
         self.pairs = Counter(
             SCORER_PAIRS_TOTAL,
@@ -115,7 +116,7 @@ class Scorer:
         self,
         config: FaithfulnessConfig,
         kafka: KafkaConnection,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         slicer: Slicer | None = None,
     ) -> None:
         self.config = config

@@ -13,9 +13,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry
-
 from monitor.components import Command
+from monitor.sidecar_registry import SidecarRegistry
 
 if TYPE_CHECKING:  # kafka and the HTTP server load when the command runs, not for --help
     from detectors.faithfulness.scorer import Scorer
@@ -53,7 +52,7 @@ def _score(args: argparse.Namespace, config: Config) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     scorer, server = _assemble(config, registry)
     server.start()
     try:
@@ -72,14 +71,13 @@ def _score(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def _assemble(config: Config, registry: CollectorRegistry) -> tuple[Scorer, MetricsServer]:
+def _assemble(config: Config, registry: SidecarRegistry) -> tuple[Scorer, MetricsServer]:
     """The scorer and its /metrics server on ``registry``, neither started; the judge's own
     families are declared when it loads (the component's ``late_metrics``)."""
     from detectors.faithfulness.scorer import Scorer
     from monitor.config import kafka_connection, shared_values
     from monitor.http.endpoints import MetricsServer, Readiness
     from monitor.shared import SLICER
-    from monitor.worker import supervisor
 
     kafka = kafka_connection(config)
     if kafka is None:
@@ -91,12 +89,12 @@ def _assemble(config: Config, registry: CollectorRegistry) -> tuple[Scorer, Metr
     readiness.add("scorer", scorer.ready.is_set)
     metrics = config.service.metrics
     server = MetricsServer(
-        metrics.host, metrics.port, registry, readiness, health=supervisor(registry).failing
+        metrics.host, metrics.port, registry, readiness, health=registry.supervisor.failing
     )
     return scorer, server
 
 
-def _declare(config: Config, registry: CollectorRegistry) -> None:
+def _declare(config: Config, registry: SidecarRegistry) -> None:
     """What `rag-monitor score` declares before its judge loads (the metrics reference)."""
     _assemble(config, registry)
 

@@ -48,9 +48,8 @@ from detectors.faithfulness.token_classifier import (
 from monitor.trace import Spans
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
-
     from detectors.faithfulness.config import FaithfulnessConfig
+    from monitor.sidecar_registry import SidecarRegistry
 
 
 log = structlog.get_logger("rag_monitor.faithfulness")
@@ -220,7 +219,7 @@ def _key(premise: str, question: str | None, answer: str) -> bytes:
 def load_token_judge(
     config: FaithfulnessConfig,
     *,
-    registry: CollectorRegistry | None,
+    registry: SidecarRegistry | None,
     on_stats: Callable[[WorkerStats], None],
     stopping: threading.Event,
 ) -> TokenJudge:

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import structlog
-from prometheus_client import CollectorRegistry
 
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.hhem import ModelMissingError
@@ -35,6 +34,7 @@ from detectors.faithfulness.openai_chat import MAX_RETRY_WAIT_S
 from detectors.faithfulness.precision import CalibrationCancelled
 from detectors.faithfulness.triage import Outcome, premise_of
 from monitor.sampler import Sampled
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import RagTrace, Spans, TierVerdict
 from monitor.worker import Worker
 
@@ -84,7 +84,7 @@ class ScoringWorker:
         on_stats: Callable[[WorkerStats], None] = lambda _: None,
         *,
         load: Callable[[], Judge] | None = None,
-        registry: CollectorRegistry | None = None,
+        registry: SidecarRegistry | None = None,
     ) -> None:
         self._config = config
         self._on_evaluation = on_evaluation
@@ -108,7 +108,7 @@ class ScoringWorker:
             drain_s=0.0,
             stop_timeout_s=STOP_TIMEOUT_S,
             stall_after_s=stall_after_s(config),
-            registry=registry,
+            supervisor=registry.supervisor if registry is not None else None,
         )
 
     def start(self) -> None:

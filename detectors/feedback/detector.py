@@ -20,7 +20,7 @@ import functools
 from collections import OrderedDict
 from typing import ClassVar
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import Counter, Histogram
 
 from detectors.feedback.names import (
     FEEDBACK_DWELL_SECONDS,
@@ -29,6 +29,7 @@ from detectors.feedback.names import (
 )
 from monitor.detector import InlineDetector
 from monitor.reask import MAX_TRACKED_QUERIES, REASK_WINDOW_S, ReaskTracker
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import FEEDBACK_KINDS, FEEDBACK_REASONS, Event, Feedback, RagTrace
 from monitor.variants import PRODUCTION, ByVariant, variant_of
 
@@ -42,7 +43,7 @@ class FeedbackDetector(InlineDetector):
 
     name: ClassVar[str] = "feedback"
 
-    def __init__(self, registry: CollectorRegistry, max_tracked: int = MAX_TRACKED_QUERIES) -> None:
+    def __init__(self, registry: SidecarRegistry, max_tracked: int = MAX_TRACKED_QUERIES) -> None:
         counter = Counter(
             FEEDBACK_EVENTS_TOTAL,
             "Feedback events by kind and variant; regenerate includes re-asks of the same "

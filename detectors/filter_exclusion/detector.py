@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import ClassVar, Generic, TypeVar
 
 import structlog
-from prometheus_client import CollectorRegistry
 
 from detectors.filter_exclusion.config import FilterExclusionConfig
 from detectors.filter_exclusion.metrics import ExclusionMetrics
@@ -46,6 +45,7 @@ from detectors.filter_exclusion.scoring import (
 )
 from monitor.detector import InlineDetector
 from monitor.missing import MissingInputs
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.slicing import Slicer
 from monitor.trace import Event, ExclusionOutcome, Label, RagTrace
 
@@ -149,7 +149,7 @@ class FilterExclusionDetector(InlineDetector):
     def __init__(
         self,
         config: FilterExclusionConfig,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         clock: Callable[[], float] = time.monotonic,
         emit: Callable[[Event], bool] | None = None,
         slicer: Slicer | None = None,

@@ -3,7 +3,7 @@ variant, and by slice), recall, the join's bookkeeping."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from detectors.filter_exclusion import names
 from monitor.names import (
@@ -13,6 +13,7 @@ from monitor.names import (
     SLICE_EXCLUSION_QUERIES_TOTAL,
     SLICE_FALSE_EXCLUSIONS_TOTAL,
 )
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.slicing import SliceCounter, Slicer
 from monitor.variants import ByVariant
 
@@ -23,7 +24,7 @@ RECALL_BUCKETS = (0.0, 0.1, 0.2, 0.25, 0.3, 1 / 3, 0.4, 0.5, 0.6, 2 / 3, 0.7, 0.
 
 class ExclusionMetrics:
     def __init__(
-        self, registry: CollectorRegistry, recall_k: tuple[int, ...], slicer: Slicer
+        self, registry: SidecarRegistry, recall_k: tuple[int, ...], slicer: Slicer
     ) -> None:
         def counter(name: str, documentation: str) -> Counter:
             return Counter(name, documentation, registry=registry)

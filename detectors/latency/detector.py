@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import ClassVar
 
 from ddsketch import DDSketch
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -32,6 +32,7 @@ from monitor.coverage import stage_field
 from monitor.detector import InlineDetector
 from monitor.missing import MissingInputs
 from monitor.names import SLICE_LATENCY_REQUESTS_TOTAL, SLICE_LATENCY_SLOW_TOTAL
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.slicing import SliceCounter, Slicer
 from monitor.trace import STAGES, RagTrace
 from monitor.variants import PRODUCTION, ByVariant, variant_of
@@ -110,7 +111,7 @@ class LatencyDetector(InlineDetector):
     def __init__(
         self,
         config: LatencyConfig,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         clock: Callable[[], float] = time.monotonic,
         slo_stages: Mapping[str, float] | None = None,
         slicer: Slicer | None = None,

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import ClassVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import Counter, Gauge
 
 from detectors.release.config import ReleaseConfig
 from detectors.release.names import (
@@ -28,6 +28,7 @@ from detectors.release.names import (
     RELEASE_INFO,
 )
 from monitor.detector import InlineDetector
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import RagTrace
 
 UNKNOWN_SERVICE = "unknown_service"  # what OTel SDKs report without service.name
@@ -43,7 +44,7 @@ class ReleaseDetector(InlineDetector):
     def __init__(
         self,
         config: ReleaseConfig,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._info = Gauge(

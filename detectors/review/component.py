@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry
-
 from detectors.review import alerting
 from detectors.review.commands import COMMANDS
 from detectors.review.config import ReviewConfig
@@ -11,6 +9,7 @@ from monitor.components import BuildContext, DetectorComponent
 from monitor.detector import Detector
 from monitor.guardrails import GuardrailsConfig
 from monitor.shared import COMPARED_WITH_REVIEW, REVIEW_ENABLED, SLICER, Provision
+from monitor.sidecar_registry import SidecarRegistry
 
 
 def _build(config: ReviewConfig, context: BuildContext) -> Detector:
@@ -41,7 +40,7 @@ def _fields(config: ReviewConfig, guardrails: GuardrailsConfig) -> tuple[str, ..
     return ("query", "answer") if config.enabled else ()
 
 
-def _late_metrics(registry: CollectorRegistry) -> None:
+def _late_metrics(registry: SidecarRegistry) -> None:
     """The verdict counter, declared when the review page starts."""
     from detectors.review.web import verdicts_counter
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 import structlog
-from prometheus_client import CollectorRegistry
 
 from detectors.review.calibration import judge_of
 from detectors.review.config import ReviewConfig
@@ -36,8 +35,9 @@ from detectors.review.store import ReviewStore
 from monitor.kafka_connection import KafkaConnection
 from monitor.rulekit.prediction_powered import RANDOM_STRATUM
 from monitor.shared import PassRules
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.slicing import Slicer
-from monitor.state import DEFAULT_STATE_MAX_BYTES, shared_state_dir
+from monitor.state import DEFAULT_STATE_MAX_BYTES
 from monitor.trace import Event, Label, RagTrace
 from monitor.variants import OTHER, PRODUCTION, bounded_label, variant_of
 from monitor.worker import Worker
@@ -65,7 +65,7 @@ class ReviewDetector:
     def __init__(
         self,
         config: ReviewConfig,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         state_dir: Path,
         *,
         kafka: KafkaConnection | None = None,
@@ -87,7 +87,7 @@ class ReviewDetector:
         )
         self._state_dir = state_dir
         if config.enabled:  # review.sqlite3 shows in rag_monitor_state_bytes{file}
-            shared_state_dir(registry, state_dir, state_max_bytes)
+            registry.state_dir(state_dir, state_max_bytes)
         self._kafka = kafka if kafka is not None and kafka.bootstrap_servers else None
         self._emit = emit
         self._token = token
@@ -110,7 +110,7 @@ class ReviewDetector:
             tick_s=1.0,
             on_tick=self._tick,
             drain_s=DRAIN_S,
-            registry=registry,
+            supervisor=registry.supervisor,
         )
 
     # --- pipeline thread -----------------------------------------------------------------

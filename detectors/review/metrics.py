@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import Counter, Gauge
 
 from detectors.review.model import EVALUATION_OUTCOMES, SUPPORTED
 from detectors.review.names import (
@@ -22,6 +22,7 @@ from monitor.names import (
     SLICE_JUDGE_AGREEMENT_TOTAL,
 )
 from monitor.rulekit.prediction_powered import RANDOM_STRATUM
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.slicing import Slice, SliceCounter, Slicer
 from monitor.variants import OTHER
 
@@ -36,7 +37,7 @@ class ReviewMetrics:
 
     def __init__(
         self,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         *,
         enabled: bool = True,
         compared: tuple[str, ...] = (),

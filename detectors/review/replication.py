@@ -16,7 +16,6 @@ from typing import Any
 
 import orjson
 from kafka import KafkaConsumer
-from prometheus_client import CollectorRegistry
 
 from detectors.review.metrics import ReviewMetrics
 from detectors.review.model import ReviewItem, Verdict
@@ -28,6 +27,7 @@ from detectors.review.store import (
     verdict_record,
 )
 from monitor.replication import TopicPublisher, WholeTopicReader
+from monitor.sidecar_registry import SidecarRegistry
 
 # Verdicts read before their item (the topics are read independently) wait here.
 MAX_EARLY_VERDICTS = 10_000
@@ -67,7 +67,7 @@ class ReviewReader:
         topic: str,
         store: ReviewStore,
         metrics: ReviewMetrics,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         *,
         consumer_factory: Callable[..., KafkaConsumer] = KafkaConsumer,
     ) -> None:

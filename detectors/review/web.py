@@ -24,7 +24,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 
 from detectors.review.model import SUPPORTED, ReviewItem, Verdict
 from detectors.review.names import VERDICTS_TOTAL
@@ -43,7 +43,7 @@ from monitor.http.inflight import ByteBudget
 from monitor.http.limits import HttpLimits
 from monitor.http.service import HttpService
 from monitor.http.wire import Request, Response
-from monitor.metrics import shared_metric
+from monitor.sidecar_registry import SidecarRegistry
 
 if TYPE_CHECKING:
     from detectors.review.config import ReviewHttpSettings
@@ -77,10 +77,9 @@ def security_headers(nonce: str | None = None) -> dict[str, str]:
     }
 
 
-def verdicts_counter(registry: CollectorRegistry) -> Counter:
+def verdicts_counter(registry: SidecarRegistry) -> Counter:
     """``rag_review_verdicts_total{supported}``, declared when the page starts."""
-    return shared_metric(
-        registry,
+    return registry.family(
         Counter,
         VERDICTS_TOTAL,
         "Verdicts recorded on the review page, by the reviewer's 'supported' answer.",
@@ -98,7 +97,7 @@ class ReviewPage(HttpService):
         store: ReviewStore,
         token: str | None,
         on_verdict: Callable[[ReviewItem, Verdict], None],
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
     ) -> None:
         self.store = store
         self._token = token
@@ -114,7 +113,7 @@ class ReviewPage(HttpService):
             settings.port,
             HttpLimits.of(settings),
             registry=registry,
-            budget=ByteBudget("review", FORMS_IN_FLIGHT * settings.max_body_bytes, registry),
+            budget=ByteBudget("review", FORMS_IN_FLIGHT * settings.max_body_bytes),
             discard_bytes=settings.max_body_bytes,
         )
 

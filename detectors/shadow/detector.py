@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 import structlog
-from prometheus_client import CollectorRegistry
 
 from detectors.shadow.config import ShadowConfig
 from detectors.shadow.join import PairJoin
@@ -37,7 +36,8 @@ from detectors.shadow.model import (
 from detectors.shadow.runner import JoinRunner
 from detectors.shadow.store import PairStore
 from monitor.kafka_connection import KafkaConnection
-from monitor.state import DEFAULT_STATE_MAX_BYTES, shared_state_dir
+from monitor.sidecar_registry import SidecarRegistry
+from monitor.state import DEFAULT_STATE_MAX_BYTES
 from monitor.trace import Event, ExclusionOutcome, JudgeScore, RagTrace
 from monitor.variants import DEFAULT_VARIANTS
 from monitor.worker import Worker
@@ -63,7 +63,7 @@ class ShadowDetector:
     def __init__(
         self,
         config: ShadowConfig,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         state_dir: Path,
         *,
         kafka: KafkaConnection | None = None,
@@ -78,7 +78,7 @@ class ShadowDetector:
         self.metrics = ShadowMetrics(registry, variants)
         self._state_dir = state_dir
         if config.enabled:  # shadow.sqlite3 shows in rag_monitor_state_bytes{file}
-            shared_state_dir(registry, state_dir, state_max_bytes)
+            registry.state_dir(state_dir, state_max_bytes)
         self._kafka = kafka if kafka is not None and kafka.bootstrap_servers else None
         self._keep_text = keep_text
         self._clock = clock
@@ -103,7 +103,7 @@ class ShadowDetector:
             tick_s=0.5,
             on_tick=self._tick,
             drain_s=DRAIN_S,
-            registry=registry,
+            supervisor=registry.supervisor,
         )
 
     # --- pipeline thread -----------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from detectors.shadow.model import (
     METRICS,
@@ -28,6 +28,7 @@ from detectors.shadow.names import (
     RETRIEVAL_OVERLAP,
     UNSCORABLE_TOTAL,
 )
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import STAGES
 from monitor.variants import PRODUCTION, bounded_label
 
@@ -43,7 +44,7 @@ OVERLAP_BUCKETS = tuple(round(0.1 * i, 1) for i in range(11))
 class ShadowMetrics:
     """Paired deltas per joined pair and the outcome of every half (README, "Shadow")."""
 
-    def __init__(self, registry: CollectorRegistry, variants: Collection[str]) -> None:
+    def __init__(self, registry: SidecarRegistry, variants: Collection[str]) -> None:
         # Halves read from Kafka carry a variant another replica folded; fold again here,
         # so that a label never takes a value from outside the configured list.
         self._variants = frozenset({PRODUCTION, *variants})

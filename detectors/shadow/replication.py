@@ -17,13 +17,13 @@ from collections.abc import Callable
 
 import orjson
 from kafka import KafkaConsumer
-from prometheus_client import CollectorRegistry
 
 from detectors.shadow.metrics import ShadowMetrics
 from detectors.shadow.model import message_from_record
 from detectors.shadow.runner import JoinRunner
 from monitor.kafka_connection import KafkaConnection
 from monitor.replication import TopicReader, client_settings
+from monitor.sidecar_registry import SidecarRegistry
 
 # kafka-python's default reconnect backoff grows to 30 s; a broker that came back should
 # be noticed sooner (as the trace consumer does).
@@ -41,7 +41,7 @@ class HalvesConsumer:
         *,
         runner: JoinRunner,
         metrics: ShadowMetrics,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         on_stop: Callable[[], None] = lambda: None,
     ) -> None:
         self._settings = {

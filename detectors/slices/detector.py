@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import ClassVar
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 
 from detectors.slices.config import SlicesConfig
 from detectors.slices.names import (
@@ -35,6 +35,7 @@ from detectors.slices.names import (
 )
 from monitor.detector import InlineDetector
 from monitor.reask import ReaskTracker
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.slicing import DOCUMENT_TYPE, INTENT
 from monitor.trace import Event, Feedback, RagTrace
 from monitor.variants import PRODUCTION, variant_of
@@ -48,7 +49,7 @@ class SlicesDetector(InlineDetector):
     def __init__(
         self,
         config: SlicesConfig,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._slicer = slicer = config.slicer()

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 import orjson
-from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
@@ -15,6 +14,7 @@ from monitor.http.limits import HttpLimits
 from monitor.http.service import HttpService
 from monitor.http.wire import Request, Response
 from monitor.names import COMPONENT_UP
+from monitor.sidecar_registry import SidecarRegistry
 
 
 class Readiness:
@@ -74,7 +74,7 @@ class MetricsServer(HttpService):
         self,
         host: str,
         port: int,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         readiness: Readiness,
         health: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
@@ -87,7 +87,7 @@ class MetricsServer(HttpService):
             port,
             METRICS_LIMITS,
             registry=registry,
-            budget=ByteBudget("metrics", METRICS_INFLIGHT_BYTES, registry),
+            budget=ByteBudget("metrics", METRICS_INFLIGHT_BYTES),
         )
 
     def refuse(self, request: Request) -> Response | None:

@@ -20,14 +20,8 @@ show it; the refusals count in ``rag_monitor_http_refused_total`` with reason
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-from prometheus_client import CollectorRegistry, Gauge
-
-from monitor.metrics import shared_metric
-from monitor.names import INFLIGHT_BYTES, INFLIGHT_MAX_BYTES
 
 # What decoding an OTLP request holds beyond its body, per byte of the (inflated)
 # body, while it runs: the parsed protobuf message and the decoded spans are both
@@ -42,28 +36,12 @@ class ByteBudget:
     """Bytes reserved by requests in flight, at most ``limit`` (plus one decode).
     Thread-safe: the HTTP loop, HTTP handler threads and gRPC threads share one."""
 
-    def __init__(self, name: str, limit: int, registry: CollectorRegistry) -> None:
+    def __init__(self, name: str, limit: int) -> None:
         self.name = name
         self.limit = limit
         self._reserved = 0
         self._decoding = 0  # decodes holding their bytes now
         self._changed = threading.Condition()
-        shared_metric(
-            registry,
-            Gauge,
-            INFLIGHT_BYTES,
-            "Bytes reserved by requests in flight (bodies being read, waiting for or in "
-            "a handler, and their decoding), by budget.",
-            ["budget"],
-        ).labels(name).set_function(lambda: self._reserved)
-        shared_metric(
-            registry,
-            Gauge,
-            INFLIGHT_MAX_BYTES,
-            "The budget of bytes in flight: past it new requests are refused (503, "
-            "RESOURCE_EXHAUSTED).",
-            ["budget"],
-        ).labels(name).set(limit)
 
     @property
     def reserved(self) -> int:
@@ -102,19 +80,3 @@ class ByteBudget:
                 self._reserved -= size
                 self._decoding -= 1
                 self._changed.notify_all()
-
-
-_shared: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, ByteBudget]] = (
-    weakref.WeakKeyDictionary()
-)
-_lock = threading.Lock()
-
-
-def shared_budget(registry: CollectorRegistry, name: str, limit: int) -> ByteBudget:
-    """The budget ``name`` of ``registry``: servers of one sidecar that build it with
-    the same name share one (the OTLP/HTTP and OTLP/gRPC receivers)."""
-    with _lock:
-        budgets = _shared.setdefault(registry, {})
-        if name not in budgets:
-            budgets[name] = ByteBudget(name, limit, registry)
-        return budgets[name]

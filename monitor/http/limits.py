@@ -5,18 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 
 from monitor.config import HttpListener
-from monitor.metrics import shared_metric
 from monitor.names import HTTP_REFUSED_TOTAL
+from monitor.sidecar_registry import SidecarRegistry
 
 
-def refused_counter(registry: CollectorRegistry) -> Counter:
+def refused_counter(registry: SidecarRegistry) -> Counter:
     """``rag_monitor_http_refused_total{server,reason}``, shared by the servers of a registry
     (the gRPC receiver counts its budget refusals there too)."""
-    return shared_metric(
-        registry,
+    return registry.family(
         Counter,
         HTTP_REFUSED_TOTAL,
         "Connections closed and requests refused by an HTTP server itself, before a "

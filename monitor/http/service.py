@@ -31,7 +31,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
 import structlog
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import Gauge
 
 from monitor.http.inflight import ByteBudget
 from monitor.http.limits import HttpLimits, refused_counter
@@ -51,8 +51,8 @@ from monitor.http.wire import (
     encode,
     parse_head,
 )
-from monitor.metrics import shared_metric
 from monitor.names import HTTP_CONNECTIONS
+from monitor.sidecar_registry import SidecarRegistry
 
 log = structlog.get_logger("rag_monitor.http")
 
@@ -76,7 +76,7 @@ class HttpService:
         port: int,
         limits: HttpLimits,
         *,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         budget: ByteBudget,
         discard_bytes: int = 0,
     ) -> None:
@@ -92,7 +92,7 @@ class HttpService:
         # Connections waiting for their next request, longest-waiting first.
         self._idle: OrderedDict[asyncio.WriteTransport, None] = OrderedDict()
         self._hung_up: set[asyncio.WriteTransport] = set()  # answered, to linger then close
-        shared_metric(registry, Gauge, HTTP_CONNECTIONS, "Open connections.", ["server"]).labels(
+        registry.family(Gauge, HTTP_CONNECTIONS, "Open connections.", ["server"]).labels(
             name
         ).set_function(lambda: len(self._connections))
         self._in_flight = 0  # requests handed to a handler and not yet answered

@@ -15,9 +15,10 @@ from collections.abc import Callable
 from typing import Any, Literal, get_args
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 
 from monitor.names import ANNOTATIONS_TOTAL
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.worker import Worker
 
 log = structlog.get_logger("rag_monitor.faithfulness.phoenix")
@@ -44,7 +45,7 @@ class PhoenixAnnotator:
     def __init__(
         self,
         endpoint: str,
-        registry: CollectorRegistry,
+        registry: SidecarRegistry,
         *,
         threshold: float,
         metadata: dict[str, str] | None = None,
@@ -67,7 +68,7 @@ class PhoenixAnnotator:
             tick_s=0.1,
             drain_s=DRAIN_S,
             stall_after_s=STALL_S,
-            registry=registry,
+            supervisor=registry.supervisor,
         )
         self._failing = False
         counter = Counter(

@@ -24,10 +24,10 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from prometheus_client import CollectorRegistry
 
 from monitor.detector import InlineDetector
 from monitor.sidecar import Sidecar
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import RagTrace
 from tests.conformance.fake_openai import FakeOpenAI
 from tests.conftest import make_config, merge_sections, sample, wait_until
@@ -114,7 +114,7 @@ def running_sidecar(sections: dict[str, Any]) -> Iterator[Conformance]:
     }
     merge_sections(merged, sections)
     config = make_config(**merged)
-    sidecar = Sidecar(config, CollectorRegistry(), extra_detectors=[recorder])
+    sidecar = Sidecar(config, SidecarRegistry(), extra_detectors=[recorder])
     sidecar.start()
     assert sidecar.http is not None
     exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{sidecar.http.port}/v1/traces")

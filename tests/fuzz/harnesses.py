@@ -19,8 +19,7 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
-from prometheus_client import CollectorRegistry
-
+from monitor.sidecar_registry import SidecarRegistry
 from tests.fuzz import targets
 
 # The review page's form budget (detectors.review.http.max_body_bytes) and head budget
@@ -80,14 +79,14 @@ def _opened(harness: Harness) -> Callable[[bytes], object]:
 
 def _kafka_trace(payload_format: str) -> Callable[[], Callable[[bytes], object]]:
     def opened() -> Callable[[bytes], object]:
-        metrics = targets.PipelineMetrics(CollectorRegistry())
+        metrics = targets.PipelineMetrics(SidecarRegistry())
         return lambda data: targets.decode_trace_record(data, payload_format, metrics)  # type: ignore[arg-type]
 
     return opened
 
 
 def _kafka_logs() -> Callable[[bytes], object]:
-    metrics = targets.PipelineMetrics(CollectorRegistry())
+    metrics = targets.PipelineMetrics(SidecarRegistry())
     return lambda data: targets.decode_logs_record(data, metrics)
 
 
@@ -133,7 +132,7 @@ def review_page() -> tuple[targets.ReviewPage, targets.ReviewStore]:
     store = targets.ReviewStore(_scratch_file("").parent)
     store.add(REVIEW_ITEM)
     page = targets.ReviewPage(
-        _REVIEW, store, REVIEW_TOKEN, lambda item, verdict: None, CollectorRegistry()
+        _REVIEW, store, REVIEW_TOKEN, lambda item, verdict: None, SidecarRegistry()
     )
     page._secret = REVIEW_SECRET
     return page, store
@@ -182,7 +181,7 @@ def _otlp_http() -> Callable[[bytes], object]:
     answer unless the pipeline died: a death is found at the input that killed it or the
     next few (the pipeline thread takes the items in batches)."""
     config = targets.load_config(None, environ={}).collectors
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     assembly = targets.SpanAssembly(
         config.spans.assembly.model_copy(update={"grace_s": 0.0}), config.spans.mapping
     )

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry
 
 from monitor.sidecar import Sidecar
+from monitor.sidecar_registry import SidecarRegistry
 from tests.conftest import sample, state_bytes, wait_until
 from tests.integration.conftest import send_query_vectors
 
@@ -21,7 +21,7 @@ DIM = 16
 SIGNAL = "query_embedding"
 
 
-def drift_tests_run(registry: CollectorRegistry) -> float:
+def drift_tests_run(registry: SidecarRegistry) -> float:
     return sum(
         sample(registry, "rag_drift_tests_total", signal=SIGNAL, outcome=outcome)
         for outcome in ("drift", "no_drift")

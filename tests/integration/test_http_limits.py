@@ -23,13 +23,13 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
 from opentelemetry.sdk.trace.export import SpanExportResult
-from prometheus_client import CollectorRegistry
 
 from collectors.otlp.config import OtlpConfig
 from collectors.otlp.grpc import OtlpGrpcReceiver
 from monitor.config import HttpListener
 from monitor.intake import WorkItem
 from monitor.pipeline_metrics import PipelineMetrics
+from monitor.sidecar_registry import SidecarRegistry
 from tests.conftest import SidecarProcess, sdk_request, wait_until
 from tests.integration.conftest import otlp_http_port
 from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for
@@ -334,7 +334,7 @@ class HeldConsumer:
     """A consumer whose ``submit`` holds every caller until ``release`` is set."""
 
     def __init__(self) -> None:
-        self.metrics = PipelineMetrics(CollectorRegistry())
+        self.metrics = PipelineMetrics(SidecarRegistry())
         self.entered = threading.Event()
         self.release = threading.Event()
         self.items: list[WorkItem] = []

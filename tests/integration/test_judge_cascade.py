@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from detectors.faithfulness import FaithfulnessDetector
@@ -24,6 +23,7 @@ from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.judge_choice import open_judge
 from detectors.faithfulness.judge_contract import JudgePair, JudgeResult
 from detectors.faithfulness.worker import ScoringWorker
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import Context, RagTrace, TierVerdict
 from tests.conftest import sample, wait_until
 from tests.fake_openai import Script, Seen, fake_openai
@@ -132,7 +132,7 @@ def script(answers: list[str], **hooks: Any) -> Script:
     return Script({a: list(CLAIMS) for a in answers}, dict(VERDICTS), **hooks)
 
 
-def opened(config: FaithfulnessConfig, registry: CollectorRegistry, clock: Clock) -> CascadeJudge:
+def opened(config: FaithfulnessConfig, registry: SidecarRegistry, clock: Clock) -> CascadeJudge:
     return load_cascade_judge(
         config, registry=registry, on_stats=lambda _: None, stopping=threading.Event(), clock=clock
     )
@@ -142,11 +142,11 @@ def pairs_of(answers: list[str]) -> list[JudgePair]:
     return [JudgePair(PREMISE, a, QUESTION) for a in answers]
 
 
-def tier_count(registry: CollectorRegistry, **labels: str) -> float:
+def tier_count(registry: SidecarRegistry, **labels: str) -> float:
     return sample(registry, "rag_judge_tier_verdicts_total", **labels)
 
 
-def escalations(registry: CollectorRegistry, outcome: str) -> float:
+def escalations(registry: SidecarRegistry, outcome: str) -> float:
     return sample(registry, "rag_judge_escalations_total", outcome=outcome)
 
 
@@ -157,7 +157,7 @@ def test_only_the_uncertain_band_goes_to_the_llm(checkpoint: Path, placed: Place
     Each tier's verdicts are counted under its own judge."""
     band, out = placed.band[:4], placed.below[:2] + placed.above[:2]
     answers = [a for pair in zip(band, out, strict=True) for a in pair]  # interleaved
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     with fake_openai(script(answers)) as server:
         config = cascade_config(server.endpoint, checkpoint, usd_per_hour=100.0, max_per_second=100)
         judge = opened(config, registry, Clock())
@@ -249,7 +249,7 @@ def test_at_ten_times_the_budgets_traffic_the_spend_stays_within_it_in_every_hou
     clock = Clock()
     spend = SpendRecord(clock, latency_s=2.0)
     band = placed.band[:6]
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     offered: list[tuple[str, JudgeResult]] = []
     with fake_openai(script(band, usage=spend.usage, on_reply=spend.on_reply)) as server:
         config = cascade_config(
@@ -306,7 +306,7 @@ def test_the_rate_limit_refuses_past_its_rate_and_the_refused_keep_the_first_ver
     three are refused_rate with the first verdict; a second later one more is sent."""
     clock = Clock()
     band = placed.band[:4]
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     with fake_openai(script(band)) as server:
         config = cascade_config(server.endpoint, checkpoint, usd_per_hour=100.0, max_per_second=1)
         judge = opened(config, registry, clock)
@@ -334,7 +334,7 @@ def test_the_detector_records_the_final_verdict_with_its_tiers(
     cascade's final score, names the cascade, and carries its tiers; the score histogram
     holds the final scores."""
     answers = [placed.band[0], placed.above[0], placed.band[1]]
-    registry, scores = CollectorRegistry(), JudgeScores()
+    registry, scores = SidecarRegistry(), JudgeScores()
     with fake_openai(script(answers)) as server:
         config = cascade_config(server.endpoint, checkpoint, usd_per_hour=100.0, max_per_second=100)
         detector = FaithfulnessDetector(config, registry, emit=scores)
@@ -378,7 +378,7 @@ def test_an_endpoint_that_ignores_max_tokens_raises_later_bounds(
     costs more than its bounds; one warning says so, and later answers are reserved at
     the bound times the worst ratio seen, so the budget goes on holding."""
     band = placed.band[:2]
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     with fake_openai(
         script(band, usage=lambda *_: {"prompt_tokens": 100, "completion_tokens": 2000})
     ) as server:
@@ -424,7 +424,7 @@ def test_a_token_classifier_first_passes_its_spans_on_with_its_verdict(
         expected = alone.score(pairs_of(answers))
     finally:
         alone.close()
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     with fake_openai(script(answers)) as server:
         config = FaithfulnessConfig.model_validate(
             cascade_config(

@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 import orjson
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from collectors.kafka.collector import KafkaCollector
@@ -25,6 +24,7 @@ from monitor.detector import InlineDetector
 from monitor.pipeline import Pipeline
 from monitor.pipeline_metrics import PipelineMetrics
 from monitor.sidecar import Sidecar
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import RagTrace
 from tests.conftest import SidecarProcess, free_port, make_config, sample, unique, wait_until
 from tests.integration.conftest import (
@@ -157,7 +157,7 @@ def collector_with_dead_dlq(broker: Broker) -> Iterator[tuple[Pipeline, dict[str
     pipeline = Pipeline(
         SpanAssembly(config.collectors.spans.assembly, config.collectors.spans.mapping),
         [],
-        PipelineMetrics(CollectorRegistry()),
+        PipelineMetrics(SidecarRegistry()),
     )
     nowhere = f"127.0.0.1:{free_port()}"
 

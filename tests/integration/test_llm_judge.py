@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
@@ -27,6 +26,7 @@ from detectors.faithfulness.llm_judge import LlmJudge
 from detectors.review.model import Verdict
 from detectors.review.report import build_report, summary
 from monitor.sidecar import Sidecar
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import Context, Event, JudgeScore, RagTrace
 from tests.conftest import sample, wait_until
 from tests.fake_openai import USAGE, FakeOpenAI, Script, fake_openai
@@ -139,7 +139,7 @@ def server() -> Iterator[FakeOpenAI]:
 def judge(server: FakeOpenAI, judge_key: None) -> Iterator[LlmJudge]:
     config = FaithfulnessConfig.model_validate(settings(server.endpoint))
     opened = open_judge(
-        config, registry=CollectorRegistry(), on_stats=lambda _: None, stopping=threading.Event()
+        config, registry=SidecarRegistry(), on_stats=lambda _: None, stopping=threading.Event()
     )
     assert isinstance(opened, LlmJudge)
     yield opened
@@ -218,7 +218,7 @@ def test_production_text_stays_inside_its_data_field(judge_key: None) -> None:
     unchanged; the system prompts call them data; the verdicts are the server's, count for
     count (one of two claims supported: 0.5)."""
     script = Script({HOSTILE_ANSWER: list(HOSTILE_CLAIMS)}, dict(HOSTILE_CLAIMS), {})
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     with fake_openai(script) as server:
         config = FaithfulnessConfig.model_validate(settings(server.endpoint))
         opened = open_judge(
@@ -299,7 +299,7 @@ def test_the_detector_counts_outcomes_and_the_judges_spend(
     """Every case through the detector: scores in the histogram equal the scripted shares,
     errors and no_claims are counted apart; requests by outcome, tokens and cost are the
     server's replies times their usage and the configured prices."""
-    registry, scores = CollectorRegistry(), JudgeScores()
+    registry, scores = SidecarRegistry(), JudgeScores()
     config = FaithfulnessConfig.model_validate(settings(server.endpoint))
     detector = FaithfulnessDetector(config, registry, emit=scores)
     detector.start()
@@ -338,14 +338,14 @@ def test_the_detector_counts_outcomes_and_the_judges_spend(
     assert sample(registry, "rag_judge_claims_total", judge=JUDGE, verdict="unsupported") == 4
 
 
-def _evaluated(registry: CollectorRegistry) -> float:
+def _evaluated(registry: SidecarRegistry) -> float:
     return sample(registry, "rag_faithfulness_evaluations_total")
 
 
 def test_claims_past_max_claims_are_cut_and_counted(server: FakeOpenAI, judge_key: None) -> None:
     """max_claims 2 on a four-claim answer: the first two are verified (both supported: 1.0)
     and two are counted cut."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     config = FaithfulnessConfig.model_validate(settings(server.endpoint, max_claims=2))
     judge = open_judge(
         config, registry=registry, on_stats=lambda _: None, stopping=threading.Event()
@@ -365,7 +365,7 @@ def test_a_missing_key_reports_down_and_names_the_variable(
     """api_key_env names an unset variable: the detector is down, one log line says which
     variable to set, nothing is sampled and no request is made."""
     monkeypatch.delenv(KEY_ENV, raising=False)
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     config = FaithfulnessConfig.model_validate(settings(server.endpoint))
     detector = FaithfulnessDetector(config, registry)
     with capture_logs() as logs:

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from demo.run import warn_missing_models
@@ -30,6 +29,7 @@ from detectors.faithfulness.hhem import (
     read_checkpoint,
 )
 from monitor.config import load_config
+from monitor.sidecar_registry import SidecarRegistry
 from tests.conftest import REPO, free_port, make_config, sample, wait_until
 from tests.fake_hub import FakeHub, Files, files_of, hub_environ, publish_hhem, serve_hub
 from tests.hhem_checkpoint import reference_scores
@@ -151,7 +151,7 @@ def test_fetch_to_a_directory_lands_verifies_and_prints_working_settings(
     scorer = HhemScorer(read_checkpoint(settings.faithfulness.model))
     expected = reference_scores(published.model, PAIRS)
     assert scorer.score(PAIRS) == pytest.approx(expected, abs=1e-5)
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = FaithfulnessDetector(settings.faithfulness, registry)
     detector.start()
     try:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from prometheus_client import CollectorRegistry
 
 from monitor.sidecar import Sidecar
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.verdict_exports.phoenix import ANNOTATION_NAME, PhoenixAnnotator
 from tests.conftest import free_port, sample, wait_until
 from tests.hhem_checkpoint import Tiny, build_checkpoint, reference_scores
@@ -135,7 +135,7 @@ def test_scores_become_span_annotations_on_the_root_span(
 
 def test_an_unreachable_phoenix_is_counted_as_failed_annotations() -> None:
     """With nothing listening at the endpoint, the batch fails, is counted, and nothing blocks."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     annotator = PhoenixAnnotator(
         f"http://127.0.0.1:{free_port()}", registry, threshold=0.5, flush_interval_s=0.1
     )

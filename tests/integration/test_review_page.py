@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from detectors.filter_exclusion.scoring import load_golden_set
 from detectors.review.calibration import DEFAULT_JUDGE
@@ -27,6 +26,7 @@ from detectors.review.report import export_golden
 from detectors.review.store import ReviewStore
 from detectors.review.web import ReviewPage
 from monitor.rulekit.prediction_powered import ReviewedPairs
+from monitor.sidecar_registry import SidecarRegistry
 from tests.integration.conftest import headless_chromium
 
 pytestmark = pytest.mark.integration
@@ -105,7 +105,7 @@ class Page:
     detector (as the sidecar does) for its agreement counters."""
 
     def __init__(self, store: ReviewStore, token: str | None) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = SidecarRegistry()
         self.seen: list[tuple[ReviewItem, Verdict]] = []
         self.detector = ReviewDetector(
             ReviewConfig.model_validate({"enabled": True, "http": {"enabled": False}}),

@@ -11,13 +11,12 @@ import random
 import time
 from datetime import UTC, datetime, timedelta
 
-from prometheus_client import CollectorRegistry
-
 from detectors.cost.config import CostConfig
 from detectors.cost.detector import CostDetector
 from detectors.feedback.detector import FeedbackDetector
 from detectors.latency.config import LatencyConfig
 from detectors.latency.detector import LatencyDetector
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import RagTrace, Usage
 
 MODELS = (("gpt-4o-mini", "openai"), ("gpt-4o", "openai"), ("claude-sonnet-4-5", "anthropic"))
@@ -59,7 +58,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=50_000)
     args = parser.parse_args()
     traces = make_traces(args.records)
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detectors = [
         LatencyDetector(LatencyConfig(), registry),
         CostDetector(CostConfig(), registry),

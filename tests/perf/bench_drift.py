@@ -56,11 +56,10 @@ def state_bytes(state_dir: Path) -> int:
 
 def state_growth(args: argparse.Namespace) -> dict[str, Any]:
     """Size of the drift state after every minute of ``args.rate`` vectors/s (traffic time)."""
-    from prometheus_client import CollectorRegistry
-
     from detectors.drift.config import DriftConfig
     from detectors.drift.detector import DriftDetector
     from monitor.log import configure_logging
+    from monitor.sidecar_registry import SidecarRegistry
     from monitor.trace import RagTrace
 
     configure_logging("warning")  # a line per test would dominate the run
@@ -69,7 +68,7 @@ def state_growth(args: argparse.Namespace) -> dict[str, Any]:
     vectors = rng.normal(size=(4096, args.dim))
     clock = [time.time()]
     state_dir = Path(tempfile.mkdtemp(prefix="bench-drift-state-"))
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     options: dict[str, Any] = {"clock": lambda: clock[0], "seed": 1}
     if "state_max_bytes" in inspect.signature(DriftDetector).parameters:
         options["state_max_bytes"] = args.state_max_bytes

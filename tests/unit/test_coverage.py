@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from alerts.field_coverage import needed_fields
 from collectors.spans.assembly import SpanAssembly
@@ -20,6 +19,7 @@ from monitor.coverage import FIELDS, MAX_INSTRUMENTATIONS, MAX_TOOLS, PRESENT, F
 from monitor.intake import SpanBatch, WholeTrace
 from monitor.pipeline import Pipeline
 from monitor.pipeline_metrics import PipelineMetrics
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import Context, RagTrace, ToolCall, Usage
 from tests.conftest import sample
 
@@ -46,7 +46,7 @@ BARE = RagTrace(
 )
 
 
-def counted(registry: CollectorRegistry, field: str, present: str, instrumentation: str) -> float:
+def counted(registry: SidecarRegistry, field: str, present: str, instrumentation: str) -> float:
     return sample(
         registry,
         "rag_trace_fields_total",
@@ -58,7 +58,7 @@ def counted(registry: CollectorRegistry, field: str, present: str, instrumentati
 
 def test_every_field_of_a_full_request_is_counted_present() -> None:
     """A request carrying every field counts present="true" once per field, none missing."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     FieldCoverage(registry, [KNOWN]).observe(FULL)
     for field in FIELDS:
         assert counted(registry, field, "true", KNOWN) == 1, field
@@ -68,7 +68,7 @@ def test_every_field_of_a_full_request_is_counted_present() -> None:
 def test_a_request_without_documents_counts_each_missing_field() -> None:
     """A bare request counts query, contexts, ids, usage, vector, tenant and the stages as
     missing, its answer and itself as present; no scope name is the instrumentation none."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     FieldCoverage(registry, [KNOWN]).observe(BARE)
     present = {field for field in FIELDS if counted(registry, field, "true", "none")}
     missing = {field for field in FIELDS if counted(registry, field, "false", "none")}
@@ -96,7 +96,7 @@ def test_contexts_need_text_and_ids_must_not_be_derived(
 ) -> None:
     """Contexts count only with text; retrieved ids only when none was derived, and each
     derived id is counted."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     trace = RagTrace("c3", T0, "otlp", contexts=contexts, retrieved=retrieved)
     FieldCoverage(registry, []).observe(trace)
     assert counted(registry, "contexts", str(contexts_present).lower(), "none") == 1
@@ -108,7 +108,7 @@ def test_contexts_need_text_and_ids_must_not_be_derived(
 
 def test_instrumentations_outside_the_list_fold_into_other() -> None:
     """300 distinct scope names make one label value, other, beside the listed ones."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     coverage = FieldCoverage(registry, [KNOWN])
     for n in range(300):
         coverage.observe(RagTrace(f"{n:x}", T0, "otlp", instrumentation=f"acme.tracer.{n}"))
@@ -131,7 +131,7 @@ def span(span_id: str, attributes: dict[str, Any], scope: str, parent: str | Non
 def test_pipeline_counts_production_requests_and_unreadable_traces() -> None:
     """Through the pipeline: a trace that is no request counts request=false under its scope;
     a shadow twin is not counted; a production request is."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     assembly = SpanAssembly(AssemblyConfig(grace_s=0.0), MappingConfig())
     pipeline = Pipeline(assembly, [], PipelineMetrics(registry, instrumentations=["acme.index"]))
     pipeline.start()
@@ -189,7 +189,7 @@ def test_the_scopes_counted_as_other_are_named_up_to_the_bound() -> None:
     """Requests and unreadable traces of scopes outside the list are counted by scope name
     (the first MAX_INSTRUMENTATIONS names); later names and names that are no label value
     count as other; listed scopes are not counted there."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     coverage = FieldCoverage(registry, [KNOWN])
     coverage.observe(RagTrace("e5", T0, "otlp", instrumentation="acme.tracer.0"))
     coverage.unreadable("acme.tracer.0")
@@ -213,7 +213,7 @@ def test_retrieval_steps_are_a_histogram_and_tool_calls_are_counted_by_name() ->
     """An agent request of two retrievals and a weather lookup, a pipeline request of one
     retrieval, and a record that does not say: the histogram counts the first two, the
     tool counter each call under its name and whether it retrieved."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     coverage = FieldCoverage(registry, [KNOWN])
     agent = dataclasses.replace(
         FULL,
@@ -241,7 +241,7 @@ def test_retrieval_steps_are_a_histogram_and_tool_calls_are_counted_by_name() ->
 
 def test_tool_names_are_counted_by_name_up_to_the_bound() -> None:
     """Past MAX_TOOLS names, and for a name that is no label value, the tool is other."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     coverage = FieldCoverage(registry, [KNOWN])
     calls = (*(ToolCall(f"tool_{i}") for i in range(MAX_TOOLS + 2)), ToolCall("a b"))
     coverage.observe(dataclasses.replace(FULL, tool_calls=calls))

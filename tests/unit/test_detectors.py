@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from genai_prices import Usage as PriceUsage
 from genai_prices import calc_price
-from prometheus_client import CollectorRegistry
 
 from detectors.cost.config import CostConfig, ModelPrice
 from detectors.cost.detector import CostDetector
 from detectors.feedback.detector import FeedbackDetector
 from detectors.latency.config import LatencyConfig
 from detectors.latency.detector import LatencyDetector
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import Feedback, RagTrace, Usage
 from tests.conftest import sample
 
@@ -36,7 +36,7 @@ class FakeClock:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_window_quantiles_within_one_percent_of_exact(seed: int) -> None:
     """p50/p95/p99 over 3,000 lognormal requests are within 1% of the exact quantiles."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = LatencyDetector(LatencyConfig(), registry)
     rng = np.random.default_rng(seed)
     generate = rng.lognormal(mean=-0.5, sigma=0.6, size=3000)
@@ -59,7 +59,7 @@ def test_window_quantiles_within_one_percent_of_exact(seed: int) -> None:
 def test_window_forgets_requests_older_than_window_s() -> None:
     """After window_s the old slow requests no longer count; the histogram keeps them."""
     clock = FakeClock()
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = LatencyDetector(LatencyConfig(window_s=60), registry, clock=clock)
     for _ in range(100):
         detector.observe(trace(stages={"total": 5.0}))
@@ -85,7 +85,7 @@ def test_window_forgets_requests_older_than_window_s() -> None:
 
 def test_ttft_is_a_stage() -> None:
     """A trace's ttft lands in the histogram and the window under stage="ttft"."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     LatencyDetector(LatencyConfig(), registry).observe(trace(stages={"ttft": 0.3}))
     assert sample(registry, "rag_stage_latency_seconds_sum", stage="ttft") == 0.3
     assert sample(
@@ -110,7 +110,7 @@ def genai_price(model: str, provider: str, input_tokens: int, output_tokens: int
 )
 def test_cost_equals_genai_prices(model: str, provider: str, prompt: int, completion: int) -> None:
     """The observed cost is genai-prices' figure for the same model and tokens."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = CostDetector(CostConfig(), registry)
     detector.observe(trace(usage=(Usage(model, provider, prompt, completion),)))
     expected = genai_price(model, provider, prompt, completion)
@@ -120,7 +120,7 @@ def test_cost_equals_genai_prices(model: str, provider: str, prompt: int, comple
 
 def test_request_cost_adds_embedding_and_generation() -> None:
     """Embedding tokens are priced as the embedding model's input; the request sums its models."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = CostDetector(CostConfig(), registry)
     usages = (
         Usage("text-embedding-3-small", "openai", embedding_tokens=40),
@@ -142,7 +142,7 @@ def test_overrides_price_private_models_including_embedding_and_rerank() -> None
         input_per_mtok=1.0, output_per_mtok=2.0, embedding_per_mtok=0.1, rerank_per_kunit=2.0
     )
     config = CostConfig(overrides={"in-house-llm": price, "in-house-rerank": price})
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = CostDetector(config, registry)
     detector.observe(trace(usage=(
         Usage("in-house-llm", None, prompt_tokens=1_000_000, completion_tokens=500_000, embedding_tokens=1_000_000),
@@ -155,7 +155,7 @@ def test_overrides_price_private_models_including_embedding_and_rerank() -> None
 def test_unknown_model_is_counted_unpriced_never_zero() -> None:
     """A request whose only model has no override and no table entry is counted unpriced,
     not observed as $0."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = CostDetector(CostConfig(), registry)
     detector.observe(trace(usage=(Usage("my-secret-llm", None, 10, 10),)))
     detector.observe(trace())
@@ -167,7 +167,7 @@ def test_unknown_model_is_counted_unpriced_never_zero() -> None:
 
 def test_one_unpriced_entry_leaves_the_priced_ones_counted_as_partial() -> None:
     """Priced entries always count; an unpriced one marks the request's cost partial."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = CostDetector(CostConfig(), registry)
     detector.observe(trace(usage=(
         Usage("gpt-4o", "openai", 1_000_000, 0), Usage("rerank-english-v3.0", "cohere", rerank_units=1),
@@ -185,7 +185,7 @@ def test_one_unpriced_entry_leaves_the_priced_ones_counted_as_partial() -> None:
 
 def test_producer_cost_wins_and_unknown_models_are_labelled_other() -> None:
     """llm.cost.total is used as is; the model label is bounded to known models or 'other'."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = CostDetector(CostConfig(), registry)
     detector.observe(trace(cost_usd=0.5, usage=(Usage("gpt-4o", "openai", 10, 10),)))
     detector.observe(trace(cost_usd=0.25, usage=(Usage("my-secret-llm", None, 10, 10),)))
@@ -196,7 +196,7 @@ def test_producer_cost_wins_and_unknown_models_are_labelled_other() -> None:
 
 def test_feedback_events_are_counted_by_kind() -> None:
     """Each feedback event increments its kind."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = FeedbackDetector(registry)
     for kind in ("thumbs_up", "thumbs_down", "thumbs_down", "regenerate", "copy"):
         detector.observe_event(Feedback("ab", kind))  # type: ignore[arg-type]
@@ -206,7 +206,7 @@ def test_feedback_events_are_counted_by_kind() -> None:
 
 def test_reask_in_the_same_session_within_60s_is_a_regeneration() -> None:
     """The same normalized query again in one session within 60 s counts as regenerate."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = FeedbackDetector(registry)
 
     def ask(query: str, session: str, seconds: float) -> None:
@@ -224,7 +224,7 @@ def test_reask_in_the_same_session_within_60s_is_a_regeneration() -> None:
 
 def test_reask_map_is_bounded_and_holds_no_text() -> None:
     """The re-ask memory keeps at most max_tracked hashed keys."""
-    detector = FeedbackDetector(CollectorRegistry(), max_tracked=10)
+    detector = FeedbackDetector(SidecarRegistry(), max_tracked=10)
     for i in range(50):
         detector.observe(trace(query=f"question {i}", session_id="s"))
     keys = list(detector.reasks)

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry
 
 from monitor.cli import main
 from monitor.config import load_config
 from monitor.extras import EXTRA_MODULES, MissingExtraError
 from monitor.sidecar import build_detectors
+from monitor.sidecar_registry import SidecarRegistry
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_FAITHFULNESS = {"faithfulness": {"enabled": False}}
@@ -108,7 +108,7 @@ def test_missing_extra_stops_the_build(
     _hide(monkeypatch, hidden)
     config = load_config(_config_file(tmp_path, settings), environ={})
     with pytest.raises(MissingExtraError) as raised:
-        build_detectors(config, CollectorRegistry())
+        build_detectors(config, SidecarRegistry())
     assert str(raised.value) == message
 
 
@@ -229,7 +229,7 @@ def test_core_settings_build_with_every_extra_missing(
     """Faithfulness off, drift on scipy without an embedder: nothing optional is needed."""
     _hide(monkeypatch, *{module for modules in EXTRA_MODULES.values() for module in modules})
     config = load_config(_config_file(tmp_path, {"detectors": NO_FAITHFULNESS}), environ={})
-    names = [type(detector).__name__ for detector in build_detectors(config, CollectorRegistry())]
+    names = [type(detector).__name__ for detector in build_detectors(config, SidecarRegistry())]
     assert "DriftDetector" in names
 
 

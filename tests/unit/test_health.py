@@ -15,12 +15,12 @@ from typing import Any, ClassVar
 
 import orjson
 import pytest
-from prometheus_client import CollectorRegistry
 
 from monitor.detector import InlineDetector
 from monitor.http.endpoints import MetricsServer, Readiness
 from monitor.intake import WholeTrace
 from monitor.sidecar import Sidecar
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import RagTrace
 from tests.conftest import sample, wait_until
 
@@ -132,7 +132,7 @@ def test_a_detector_raising_an_exception_is_isolated(start_sidecar: StartSidecar
 def test_healthz_names_every_failing_worker() -> None:
     """/healthz answers 503 with each failing worker and its problem, 200 when none fails."""
     failing: dict[str, str] = {"drift": "stalled", "kafka": "dead"}
-    server = MetricsServer("127.0.0.1", 0, CollectorRegistry(), Readiness(), lambda: failing)
+    server = MetricsServer("127.0.0.1", 0, SidecarRegistry(), Readiness(), lambda: failing)
     server.start()
     try:
         assert get(server.port, "/healthz") == (

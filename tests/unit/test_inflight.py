@@ -19,7 +19,6 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
 from opentelemetry.sdk.trace.export import SpanExportResult
-from prometheus_client import CollectorRegistry
 
 from collectors.otlp.config import OtlpConfig
 from collectors.otlp.grpc import OtlpGrpcReceiver
@@ -28,8 +27,9 @@ from detectors.review.config import ReviewHttpSettings
 from detectors.review.store import ReviewStore
 from detectors.review.web import FORMS_IN_FLIGHT, ReviewPage
 from monitor.config import ConfigError, load_config
-from monitor.http.inflight import OTLP_DECODE_FACTOR, ByteBudget, shared_budget
+from monitor.http.inflight import OTLP_DECODE_FACTOR, ByteBudget
 from monitor.intake import WorkItem
+from monitor.sidecar_registry import SidecarRegistry
 from tests.conftest import sample, sdk_request, wait_until
 from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for
 from tests.unit.collectors.otlp.test_http import (
@@ -46,8 +46,8 @@ from tests.unit.collectors.otlp.test_http import (
 def test_admit_reserves_what_fits_and_refuses_the_rest() -> None:
     """Bytes are reserved while they fit under the limit; a request that does not fit
     reserves nothing; release gives bytes back; the gauges show both."""
-    registry = CollectorRegistry()
-    budget = ByteBudget("test", 100, registry)
+    registry = SidecarRegistry()
+    budget = registry.budget("test", 100)
     assert budget.admit(60)
     assert not budget.admit(50)
     assert budget.reserved == 60
@@ -61,7 +61,7 @@ def test_admit_reserves_what_fits_and_refuses_the_rest() -> None:
 def test_a_decode_alone_goes_past_the_limit_and_gives_its_bytes_back() -> None:
     """With no other decode running, decoding holds its bytes even past the limit (an
     admitted request always finishes), and only while the block runs."""
-    budget = ByteBudget("test", 100, CollectorRegistry())
+    budget = ByteBudget("test", 100)
     assert budget.admit(90)
     with budget.decoding(50):
         assert budget.reserved == 140
@@ -72,7 +72,7 @@ def test_a_decode_alone_goes_past_the_limit_and_gives_its_bytes_back() -> None:
 def test_a_decode_that_does_not_fit_waits_for_the_running_one() -> None:
     """A second decode that does not fit beside the first waits until the first ends,
     then holds its bytes; at the end nothing is reserved."""
-    budget = ByteBudget("test", 100, CollectorRegistry())
+    budget = ByteBudget("test", 100)
     first_in, first_go, second_in = threading.Event(), threading.Event(), threading.Event()
 
     def first() -> None:
@@ -97,10 +97,10 @@ def test_a_decode_that_does_not_fit_waits_for_the_running_one() -> None:
 
 
 def test_servers_of_one_registry_share_one_budget_by_name() -> None:
-    """shared_budget hands out one budget per registry and name."""
-    registry = CollectorRegistry()
-    assert shared_budget(registry, "otlp", 10) is shared_budget(registry, "otlp", 10)
-    assert shared_budget(registry, "otlp", 10) is not shared_budget(CollectorRegistry(), "otlp", 10)
+    """A sidecar hands out one budget per name; another sidecar's is its own."""
+    registry = SidecarRegistry()
+    assert registry.budget("otlp", 10) is registry.budget("otlp", 10)
+    assert registry.budget("otlp", 10) is not SidecarRegistry().budget("otlp", 10)
 
 
 def test_a_budget_smaller_than_one_body_is_a_config_error() -> None:
@@ -120,7 +120,7 @@ class Held:
     """A receiver with a small budget whose consumer's submit can be held."""
 
     def __init__(self, **otlp: object) -> None:
-        self.sink = SinkConsumer(CollectorRegistry())
+        self.sink = SinkConsumer(SidecarRegistry())
         self.entered, self.go = threading.Event(), threading.Event()
         self.fail = False
         accept = self.sink.submit
@@ -354,7 +354,7 @@ def test_grpc_shares_the_budget_and_refuses_with_retry_info() -> None:
 def test_the_review_page_refuses_forms_past_its_own_budget(tmp_path: Path) -> None:
     """The review page holds FORMS_IN_FLIGHT forms of max_body_bytes at most: one more is
     answered 503 + Retry-After before its body is read, counted under server="review"."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     store = ReviewStore(tmp_path / "state")
     page = ReviewPage(
         ReviewHttpSettings(port=0, max_body_bytes=1024), store, None, lambda *_: None, registry

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from detectors.cost.config import CostConfig
 from detectors.cost.detector import CostDetector
@@ -37,6 +36,7 @@ from monitor.components import load_components
 from monitor.config import Config, detector_section
 from monitor.names import MISSING_INPUTS_TOTAL
 from monitor.sidecar import build_detectors
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import STAGES, Context, Event, ExclusionOutcome, Label, RagTrace, Usage
 from tests.conftest import sample
 
@@ -65,14 +65,14 @@ EVERYTHING_SEEN = replace(
 )
 
 
-def missing(registry: CollectorRegistry, detector: str, field: str) -> float:
+def missing(registry: SidecarRegistry, detector: str, field: str) -> float:
     return sample(registry, MISSING_INPUTS_TOTAL, detector=detector, field=field)
 
 
 def test_faithfulness_counts_no_context_and_sends_nothing_to_hhem() -> None:
     """Sampled at rate 1: no_context, contexts counted missing, nothing queued or scored;
     the control trace is queued for the model."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     config = FaithfulnessConfig.model_validate({"sample_rate": 1.0, "max_per_second": 1e6})
     detector = FaithfulnessDetector(config, registry)  # not started: no model needed
     detector.observe(NOTHING_RETRIEVED)
@@ -89,7 +89,7 @@ def test_faithfulness_counts_no_context_and_sends_nothing_to_hhem() -> None:
 def test_cost_without_usage_is_missing_never_zero_dollars() -> None:
     """No usage and no producer cost: usage counted missing, the request unpriced, no cost
     observed; the control is priced."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = CostDetector(CostConfig(), registry)
     detector.observe(NOTHING_RETRIEVED)
     assert missing(registry, "cost", "usage") == 1
@@ -102,7 +102,7 @@ def test_cost_without_usage_is_missing_never_zero_dollars() -> None:
 
 def test_cost_a_producer_figure_needs_no_usage() -> None:
     """llm.cost.total without token counts is the producer's own figure: observed as is."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = CostDetector(CostConfig(), registry)
     detector.observe(replace(NOTHING_RETRIEVED, cost_usd=0.004))
     assert sample(registry, "rag_request_cost_usd_sum") == 0.004
@@ -112,7 +112,7 @@ def test_cost_a_producer_figure_needs_no_usage() -> None:
 def test_latency_observes_only_the_stages_a_trace_has() -> None:
     """With total alone, only total is observed: no other stage gets a 0 in the histogram
     or the window quantiles; the missing stage with an SLO (retrieve) is counted missing."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = LatencyDetector(
         LatencyConfig(), registry, slo_stages={"total": 1.5, "retrieve": 0.5}
     )
@@ -142,7 +142,7 @@ def test_drift_without_its_input_counts_it_missing_and_queues_nothing(
 ) -> None:
     """No query vector (or, with an embedder, no query): counted missing on the pipeline
     thread, nothing queued for the test; the control trace is queued."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = DriftDetector(DriftConfig.model_validate(settings), tmp_path, registry)
     detector.observe(trace)
     assert missing(registry, "drift", field) == 1
@@ -169,7 +169,7 @@ def test_filter_exclusion_without_retrieved_ids_is_missing_not_a_recall_of_zero(
 ) -> None:
     """A labeled query whose trace shows no retrieval gold can be matched against: counted
     missing; no eligible query, no recall, no decision emitted. The control is scored."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     emitted: list[Event] = []
     detector = FilterExclusionDetector(
         FilterExclusionConfig(), registry, emit=lambda event: emitted.append(event) is None
@@ -190,7 +190,7 @@ def test_filter_exclusion_without_retrieved_ids_is_missing_not_a_recall_of_zero(
 def test_filter_exclusion_a_filter_that_removed_everything_is_still_scored() -> None:
     """No retrieved id but a relevance exclusion: the filter's work is evidence, and losing
     every gold document to it is the false exclusion the detector exists for."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = FilterExclusionDetector(FilterExclusionConfig(), registry)
     detector.observe(replace(NOTHING_RETRIEVED, relevance_excluded=("d1",)))
     detector.observe_event(Label(("d1",), trace_id=NOTHING_RETRIEVED.trace_id))
@@ -198,7 +198,7 @@ def test_filter_exclusion_a_filter_that_removed_everything_is_still_scored() -> 
     assert missing(registry, "filter_exclusion", "retrieved_ids") == 0
 
 
-def review_sampler(registry: CollectorRegistry, taken: list[Action]) -> ReviewSampler:
+def review_sampler(registry: SidecarRegistry, taken: list[Action]) -> ReviewSampler:
     config = ReviewConfig.model_validate({"enabled": True, "random_rate": 1.0, "weekly_reading": 0})
     return ReviewSampler(config, ReviewMetrics(registry), lambda a: taken.append(a) is None)
 
@@ -216,7 +216,7 @@ def test_review_a_trace_without_query_or_answer_is_missing_never_queued(
     trace: RagTrace, fields: set[str]
 ) -> None:
     """A reviewer would have nothing to judge: each absent field is counted, nothing queued."""
-    registry, taken = CollectorRegistry(), list[Action]()
+    registry, taken = SidecarRegistry(), list[Action]()
     review_sampler(registry, taken).observe(trace)
     assert taken == []
     counted = {f for f in ("query", "answer") if missing(registry, "review", f)}
@@ -226,7 +226,7 @@ def test_review_a_trace_without_query_or_answer_is_missing_never_queued(
 def test_review_an_answer_without_documents_is_still_reviewed() -> None:
     """A reviewer can judge an answer given without documents: queued, with no contexts
     and no judge score (HHEM gave none)."""
-    registry, taken = CollectorRegistry(), list[Action]()
+    registry, taken = SidecarRegistry(), list[Action]()
     review_sampler(registry, taken).observe(NOTHING_RETRIEVED)
     [action] = taken
     assert isinstance(action, Enqueue)
@@ -244,7 +244,7 @@ def test_shadow_a_twin_without_retrieval_or_stages_is_unscorable_not_zero() -> N
     assert deltas["latency_retrieve"] is None
     assert deltas["latency_generate"] is None
     assert deltas["latency_total"] == 0.0
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     metrics = ShadowMetrics(registry, ["shadow"])
     metrics.record(PairOutcome("joined", "p1", 1.0, production, shadow))
     unscorable = "rag_shadow_unscorable_total"
@@ -257,7 +257,7 @@ def test_shadow_a_twin_without_retrieval_or_stages_is_unscorable_not_zero() -> N
 def test_feedback_and_slices_need_no_documents() -> None:
     """A re-ask of the same query is a regeneration with or without documents, and the
     coverage matrix puts a request without contexts in its document_type="none" cell."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     feedback = FeedbackDetector(registry)
     slices = SlicesDetector(SlicesConfig.model_validate({"intents": ["billing"]}), registry)
     again = replace(NOTHING_RETRIEVED, trace_id="ef" * 16, time=T0 + timedelta(seconds=20))
@@ -271,7 +271,7 @@ def test_feedback_and_slices_need_no_documents() -> None:
 
 def test_release_without_a_version_exports_nothing() -> None:
     """No service.version: no release series at all, not an empty version."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = ReleaseDetector(ReleaseConfig(), registry)
     detector.observe(NOTHING_RETRIEVED)
     assert sample(registry, "rag_release_info") == 0
@@ -316,7 +316,7 @@ def test_each_detector_counts_missing_exactly_the_fields_its_component_names(
     """The series a built detector exports at 0 are the fields its component declares it
     reads (what the coverage ticket watches): one list, whatever the configuration."""
     config = Config.model_validate({"service": {"state_dir": str(tmp_path)}, **settings})
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     build_detectors(config, registry)
     counted = {
         (s.labels["detector"], s.labels["field"])

@@ -6,12 +6,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from prometheus_client import CollectorRegistry
-
 from monitor.detector import InlineDetector
 from monitor.intake import Added, EmittedTrace, Events, SpanBatch, Ticket, WholeTrace
 from monitor.pipeline import Pipeline
 from monitor.pipeline_metrics import PipelineMetrics
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import Event, Feedback, RagTrace, Source
 from tests.conftest import sample
 
@@ -70,8 +69,8 @@ class Recorder(InlineDetector):
         self.seen.append(f"event:{event.trace_id}")
 
 
-def started(assembly: HeldAssembly) -> tuple[Pipeline, Recorder, CollectorRegistry]:
-    registry = CollectorRegistry()
+def started(assembly: HeldAssembly) -> tuple[Pipeline, Recorder, SidecarRegistry]:
+    registry = SidecarRegistry()
     recorder = Recorder()
     pipeline = Pipeline(assembly, [recorder], PipelineMetrics(registry))
     pipeline.start()
@@ -126,7 +125,7 @@ def test_a_replayed_whole_trace_counts_as_duplicate() -> None:
 
 def test_shutdown_is_safe_twice_and_before_start() -> None:
     """shutdown before start and a second shutdown do nothing."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     pipeline = Pipeline(HeldAssembly(), [], PipelineMetrics(registry))
     pipeline.shutdown()
     pipeline.start()

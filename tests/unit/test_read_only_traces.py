@@ -8,10 +8,9 @@ import copy
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry
-
 from monitor.config import Config
 from monitor.sidecar import build_detectors
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import Context, EvaluationResult, Feedback, Label, RagTrace, Usage
 
 T0 = datetime(2026, 12, 5, tzinfo=UTC)
@@ -59,7 +58,7 @@ def test_the_built_in_detectors_leave_what_they_share_as_it_was(tmp_path: Path) 
     config = Config.model_validate(
         {"service": {"state_dir": str(tmp_path)}, "detectors": {"faithfulness": {"enabled": False}}}
     )
-    detectors = build_detectors(config, CollectorRegistry())
+    detectors = build_detectors(config, SidecarRegistry())
     traces = [full_trace(number) for number in range(60)]
     events = [
         *(Label(("doc-1", "doc-9"), trace_id=trace.trace_id) for trace in traces[::3]),

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from prometheus_client import CollectorRegistry
 
 from detectors.cost.config import CostConfig
 from detectors.cost.detector import CostDetector
@@ -42,6 +41,7 @@ from monitor.names import (
 )
 from monitor.sampler import Sampled
 from monitor.shared import SLICER
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.slicing import Slicer
 from monitor.trace import Context, Label, RagTrace, Usage
 from tests.conftest import sample
@@ -87,7 +87,7 @@ def test_the_slices_detector_provides_its_slicer() -> None:
 
 def test_latency_counts_slow_production_requests_by_slice_and_stage() -> None:
     """Slower than the stage's threshold_s is slow; a shadow request counts in no slice."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     latency = LatencyDetector(
         LatencyConfig(), registry, slo_stages={"total": 1.5, "retrieve": 0.5}, slicer=SLICER_4
     )
@@ -104,7 +104,7 @@ def test_latency_counts_slow_production_requests_by_slice_and_stage() -> None:
 
 
 def test_cost_counts_priced_production_requests_by_slice() -> None:
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     prices = {"overrides": {"m": {"input_per_mtok": 1_000_000.0}}}  # 1 USD a token
     cost = CostDetector(CostConfig.model_validate(prices), registry, SLICER_4)
     cost.observe(trace("a1", usage=(Usage(model="m", prompt_tokens=2),)))
@@ -116,7 +116,7 @@ def test_cost_counts_priced_production_requests_by_slice() -> None:
 
 
 def test_false_exclusion_counts_eligible_production_queries_by_slice() -> None:
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = FilterExclusionDetector(FilterExclusionConfig(), registry, slicer=SLICER_4)
     detector.observe(trace("a1", retrieved=("d1",)))
     detector.observe(trace("a2", intent="refunds", retrieved=(), relevance_excluded=("d1",)))
@@ -134,7 +134,7 @@ def test_false_exclusion_counts_eligible_production_queries_by_slice() -> None:
 
 def test_faithfulness_counts_scored_production_answers_by_slice_and_judge() -> None:
     """Inline: each scored production answer in its slices, below the threshold apart."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     config = FaithfulnessConfig(threshold=0.5)
     detector = FaithfulnessDetector(config, registry, slicer=SLICER_4)  # not started
     detector._record(Evaluation(trace("a1"), "scored", score=0.2))
@@ -162,7 +162,7 @@ def test_a_pair_carries_its_slices_to_the_scorer_which_refuses_unknown_ones() ->
 
 
 def test_slice_counters_do_not_exist_while_the_slices_detector_is_off() -> None:
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     latency = LatencyDetector(LatencyConfig(), registry, slo_stages={"total": 1.5})
     latency.observe(trace("a1", stages={"total": 2.0}))
     names = {family.name for family in registry.collect()}
@@ -172,7 +172,7 @@ def test_slice_counters_do_not_exist_while_the_slices_detector_is_off() -> None:
 def test_a_slice_without_failures_has_its_failure_series_at_zero() -> None:
     """The share of a slice with no slow request is 0, not missing: the failure counter
     exists as soon as the slice has an event."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     latency = LatencyDetector(LatencyConfig(), registry, slo_stages={"total": 1.5}, slicer=SLICER_4)
     latency.observe(trace("a1", stages={"total": 0.2}))
     slow = [
@@ -188,7 +188,7 @@ def test_a_verdict_counts_judge_agreement_in_the_items_slices(tmp_path: Path) ->
     """The review item keeps its request's slices (through its record, as the store and
     the topic hold it); a verdict counts the agreement in each, with every cell of a new
     (slice, judge) at 0; a slice this replica does not configure is not counted."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     config = ReviewConfig.model_validate({"enabled": True, "http": {"enabled": False}})
     detector = ReviewDetector(config, registry, tmp_path, slicer=SLICER_4)
     served = trace("a1", query="How long do refunds take?", answer="A year.")

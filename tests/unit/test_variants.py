@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from collectors.spans.assembly import SpanAssembly
 from detectors.cost.config import CostConfig
@@ -24,6 +23,7 @@ from monitor.detector import InlineDetector
 from monitor.intake import Events, WholeTrace
 from monitor.pipeline import Pipeline
 from monitor.pipeline_metrics import PipelineMetrics
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import Context, Event, Feedback, Label, RagTrace
 from monitor.variants import OTHER, PRODUCTION, VariantFolding, bounded_label
 from tests.conftest import sample, wait_until
@@ -37,7 +37,7 @@ def trace(trace_id: str = "a1", variant: str | None = None, **fields: object) ->
     return RagTrace(trace_id=trace_id, source="otlp", variant=variant, **fields)  # type: ignore[arg-type]
 
 
-def variants_of(registry: CollectorRegistry, name: str) -> dict[str, float]:
+def variants_of(registry: SidecarRegistry, name: str) -> dict[str, float]:
     """Total of ``name`` per variant label value."""
     totals: dict[str, float] = {}
     for family in registry.collect():
@@ -82,7 +82,7 @@ def test_bad_variant_lists_are_refused(variants: str, problem: str, tmp_path: Pa
 
 def test_folding_counts_unlisted_variants_and_keeps_the_rest() -> None:
     """An unlisted variant becomes other and is counted; listed and absent ones pass as is."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     folding = VariantFolding(["shadow"], registry)
     listed, absent = trace(variant="shadow"), trace()
     assert folding.fold(listed) is listed
@@ -109,7 +109,7 @@ class Variants(InlineDetector):
 
 def test_pipeline_folds_before_the_detectors_and_counts_requests_by_variant() -> None:
     """Detectors see only listed variants (or none); rag_requests_total carries the label."""
-    config, registry, seen = Config(), CollectorRegistry(), Variants()
+    config, registry, seen = Config(), SidecarRegistry(), Variants()
     pipeline = Pipeline(
         SpanAssembly(config.collectors.spans.assembly, config.collectors.spans.mapping),
         [seen],
@@ -131,7 +131,7 @@ def test_pipeline_folds_before_the_detectors_and_counts_requests_by_variant() ->
 def test_latency_histogram_by_variant_and_window_of_production_only() -> None:
     """Stage latencies are observed under the trace's variant; the per-replica window
     quantiles take production traffic only."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     latency = LatencyDetector(LatencyConfig(), registry)
     latency.observe(trace(stages={"generate": 0.2}))
     latency.observe(trace(variant="shadow", stages={"generate": 9.0}))
@@ -144,7 +144,7 @@ def test_latency_histogram_by_variant_and_window_of_production_only() -> None:
 
 def test_cost_by_variant() -> None:
     """The cost histogram, spend and pricing counters carry the trace's variant."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     cost = CostDetector(CostConfig(), registry)
     cost.observe(trace(cost_usd=0.01))
     cost.observe(trace(variant="canary", cost_usd=0.03))
@@ -161,7 +161,7 @@ def test_faithfulness_scores_by_variant(tmp_path: Path) -> None:
     """Evaluations, scores and below-threshold counts carry the scored trace's variant."""
     checkpoint, _ = build_checkpoint(tmp_path / "hhem")
     settings = {"model": str(checkpoint), "sample_rate": 1.0, "threshold": 1.0, "precision": "fp32"}
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     faithfulness = FaithfulnessDetector(FaithfulnessConfig.model_validate(settings), registry)
     faithfulness.start()
     try:
@@ -184,7 +184,7 @@ def test_faithfulness_scores_by_variant(tmp_path: Path) -> None:
 def test_feedback_follows_its_traces_variant() -> None:
     """Feedback on a shadow trace counts as shadow; on a trace never seen, as production;
     a shadow twin with the same session and query is no re-ask of its request."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     feedback = FeedbackDetector(registry)
     asked = {"session_id": "s1", "query": "How do refunds work?"}
     feedback.observe(trace("a1", **asked))
@@ -199,7 +199,7 @@ def test_feedback_follows_its_traces_variant() -> None:
 
 def test_false_exclusion_ratio_counters_by_variant() -> None:
     """A labelled query counts in the eligible and false-exclusion counters of its variant."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = FilterExclusionDetector(FilterExclusionConfig(), registry)
     detector.observe(trace("a1", retrieved=("d1",)))
     detector.observe(trace("b1", "shadow", retrieved=(), relevance_excluded=("d1",)))
@@ -217,7 +217,7 @@ def test_false_exclusion_ratio_counters_by_variant() -> None:
 
 def test_feedback_through_the_pipeline_counts_under_its_traces_variant() -> None:
     """A feedback event after its canary trace counts as canary in a running pipeline."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     config = Config()
     feedback = FeedbackDetector(registry)
     pipeline = Pipeline(

@@ -6,10 +6,10 @@ import threading
 import time
 
 import pytest
-from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from monitor.worker import Worker, supervisor
+from monitor.sidecar_registry import SidecarRegistry
+from monitor.worker import Worker
 from tests.conftest import sample, wait_until
 
 
@@ -37,7 +37,7 @@ def test_stop_handles_what_is_queued_then_refuses_intake() -> None:
 
 def test_items_left_at_the_drain_deadline_are_dropped_and_counted() -> None:
     """A drain that outlasts drain_s stops there; what is left is counted dropped, once."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     seen: list[int] = []
 
     def handle(batch: list[int]) -> None:
@@ -45,7 +45,7 @@ def test_items_left_at_the_drain_deadline_are_dropped_and_counted() -> None:
         time.sleep(0.3)
 
     worker: Worker[int] = Worker(
-        "slow", handle=handle, queue_size=10, drain_s=0.15, registry=registry
+        "slow", handle=handle, queue_size=10, drain_s=0.15, supervisor=registry.supervisor
     )
     for i in range(6):
         assert worker.offer(i)  # queued before start: handled once it runs
@@ -88,14 +88,14 @@ def test_an_escaping_exception_marks_the_worker_dead_and_is_logged_once(
 ) -> None:
     """The body's exception ends the thread, logs worker_failed once, runs finish, reports the
     worker dead (up 0), and later submits refuse; stop then counts what is left."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     finished = threading.Event()
 
     def handle(batch: list[int]) -> None:
         raise error
 
     worker: Worker[int] = Worker(
-        "doomed", handle=handle, finish=finished.set, batch_size=1, registry=registry
+        "doomed", handle=handle, finish=finished.set, batch_size=1, supervisor=registry.supervisor
     )
     with capture_logs() as logs:
         worker.offer(1)
@@ -110,7 +110,7 @@ def test_an_escaping_exception_marks_the_worker_dead_and_is_logged_once(
         ("worker_dropped", "doomed", "warning"),
     ]
     assert worker.problem() == "dead"
-    assert supervisor(registry).failing() == {"doomed": "dead"}
+    assert registry.supervisor.failing() == {"doomed": "dead"}
     assert sample(registry, "rag_monitor_worker_up", worker="doomed") == 0
     assert worker.dropped == 1
 
@@ -137,16 +137,18 @@ def test_a_step_worker_repeats_its_step_until_stopped() -> None:
 def test_a_missed_heartbeat_is_a_stall_until_the_body_returns() -> None:
     """A body stuck past stall_after_s makes the worker stalled (up 0, failing); it recovers
     when the body returns."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     release = threading.Event()
 
     def step() -> None:
         release.wait(5)
 
-    worker: Worker[None] = Worker("stuck", step=step, stall_after_s=0.2, registry=registry)
+    worker: Worker[None] = Worker(
+        "stuck", step=step, stall_after_s=0.2, supervisor=registry.supervisor
+    )
     worker.start()
     wait_until(lambda: worker.problem() == "stalled", timeout=5)
-    assert supervisor(registry).failing() == {"stuck": "stalled"}
+    assert registry.supervisor.failing() == {"stuck": "stalled"}
     assert sample(registry, "rag_monitor_worker_up", worker="stuck") == 0
     assert not worker.alive()
     release.set()
@@ -196,15 +198,15 @@ def test_stop_returns_when_the_thread_is_stuck() -> None:
 
 def test_setup_returning_false_ends_the_worker_without_a_failure() -> None:
     """A worker whose setup declines (no model) stops on its own: not dead, intake closed."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     worker: Worker[int] = Worker(
-        "declined", handle=lambda batch: None, setup=lambda: False, registry=registry
+        "declined", handle=lambda batch: None, setup=lambda: False, supervisor=registry.supervisor
     )
     worker.start()
     wait_until(lambda: worker.state == "stopped", timeout=5)
     assert worker.problem() is None
     assert worker.offer(1) is False
-    assert supervisor(registry).failing() == {}
+    assert registry.supervisor.failing() == {}
     worker.stop()
 
 

@@ -343,12 +343,13 @@ def test_demo_evaluator_reads_the_generated_conditions() -> None:
     (state, estimate, bound, evidence, test) from the rule document, for production series
     only; a pass share's switch to its corrected bound reads as the judge's own bound (the
     demo has no reviewers)."""
-    from prometheus_client import CollectorRegistry, Counter, Histogram
+    from prometheus_client import Counter, Histogram
 
     from demo.rule_evaluation import BREACH, NO_EVIDENCE, NOT_HERE, OK, RuleEvaluator
     from monitor.rulekit.evidence import wilson, window_z
+    from monitor.sidecar_registry import SidecarRegistry
 
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     latency = Histogram(
         "rag_stage_latency_seconds",
         "",
@@ -400,11 +401,12 @@ def test_demo_evaluator_reads_the_generated_conditions() -> None:
 def test_demo_evaluator_window_reaches_back_to_the_look_window_s_ago() -> None:
     """With a window, the demo's evaluator counts the change since the latest look at
     least window_s old (since the start while none is), not since the last look."""
-    from prometheus_client import CollectorRegistry, Counter
+    from prometheus_client import Counter
 
     from demo.rule_evaluation import RuleEvaluator
+    from monitor.sidecar_registry import SidecarRegistry
 
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     eligible = Counter("rag_filter_eligible_queries_total", "", ["variant"], registry=registry)
     Counter("rag_filter_false_exclusions_total", "", ["variant"], registry=registry)
     now = [0.0]
@@ -422,11 +424,12 @@ def test_demo_evaluator_window_reaches_back_to_the_look_window_s_ago() -> None:
 def test_demo_evaluator_reads_alternatives_joined_by_or() -> None:
     """An alert of alternatives joined by ``or`` (RagQueryDriftDetected) is evaluated in
     the demo: met when one alternative's clauses all hold."""
-    from prometheus_client import CollectorRegistry, Gauge
+    from prometheus_client import Gauge
 
     from demo.rule_evaluation import BREACH, OK, RuleEvaluator
+    from monitor.sidecar_registry import SidecarRegistry
 
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     labels = ["signal"]
     p_value = Gauge("rag_drift_p_value", "", labels, registry=registry)
     detected = Gauge("rag_drift_detected", "", labels, registry=registry)

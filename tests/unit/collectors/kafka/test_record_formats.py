@@ -6,7 +6,6 @@ from __future__ import annotations
 import orjson
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from prometheus_client import CollectorRegistry
 
 from collectors.kafka.records import decode_logs_record, decode_trace_record, sniff_format
 from collectors.names import LOG_RECORDS_TOTAL
@@ -14,6 +13,7 @@ from collectors.otlp.export_decoding import Empty, Invalid, Refusal
 from monitor.intake import SpanBatch, WholeTrace
 from monitor.names import REJECTED_SPANS_TOTAL
 from monitor.pipeline_metrics import PipelineMetrics
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import EvaluationResult
 from tests.conftest import sample
 from tests.unit.collectors.otlp.test_logs import SPAN, logs_request
@@ -60,7 +60,7 @@ def test_a_large_protobuf_record_is_sniffed_and_decoded() -> None:
     """A record of many spans (whose first byte is a newline) decodes to one span batch."""
     value = _otlp_proto(spans=300)
     assert sniff_format(value) == "otlp_proto"
-    metrics = PipelineMetrics(CollectorRegistry())
+    metrics = PipelineMetrics(SidecarRegistry())
     item = decode_trace_record(value, "auto", metrics)
     assert isinstance(item, SpanBatch)
     assert (len(item.spans), item.ticket) == (300, None)
@@ -69,7 +69,7 @@ def test_a_large_protobuf_record_is_sniffed_and_decoded() -> None:
 
 def test_a_rag_trace_record_decodes_to_a_whole_trace() -> None:
     """auto: a rag-trace/1 record becomes one WholeTrace from Kafka."""
-    metrics = PipelineMetrics(CollectorRegistry())
+    metrics = PipelineMetrics(SidecarRegistry())
     item = decode_trace_record(b'{"schema": "rag-trace/1", "trace_id": "ab12"}', "auto", metrics)
     assert isinstance(item, WholeTrace)
     assert (item.trace.trace_id, item.trace.source) == ("ab12", "kafka")
@@ -81,7 +81,7 @@ def test_a_broken_rag_trace_record_is_invalid() -> None:
         decode_trace_record(
             b'{"schema": "rag-trace/1", "trace_id": 7}',
             "auto",
-            PipelineMetrics(CollectorRegistry()),
+            PipelineMetrics(SidecarRegistry()),
         )
 
 
@@ -90,7 +90,7 @@ def test_a_record_whose_spans_are_all_refused_is_invalid() -> None:
     spans are counted as rejected, as the receivers count them."""
     request = ExportTraceServiceRequest.FromString(_otlp_proto())
     request.resource_spans[0].scope_spans[0].spans[0].start_time_unix_nano = 0
-    metrics = PipelineMetrics(CollectorRegistry())
+    metrics = PipelineMetrics(SidecarRegistry())
     with pytest.raises(Invalid, match="every span was rejected"):
         decode_trace_record(request.SerializeToString(), "otlp_proto", metrics)
     assert sample(metrics.registry, REJECTED_SPANS_TOTAL, collector="kafka") == 1
@@ -111,7 +111,7 @@ def _json_logs(*records: object) -> bytes:
 def test_a_logs_record_becomes_evaluation_events_in_either_encoding(encoding: str) -> None:
     """Protobuf or OTLP/JSON, told apart per record: the evaluation records are events from
     Kafka; the plain line is counted as ignored, the bad trace id as rejected."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     if encoding == "otlp_proto":
         value = logs_request()
     else:
@@ -129,7 +129,7 @@ def test_a_logs_record_becomes_evaluation_events_in_either_encoding(encoding: st
 
 def test_a_logs_record_of_other_log_lines_is_kept_without_events() -> None:
     """A record of plain log lines is valid (its offset is committed): no event, all ignored."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     value = _json_logs({"body": {"stringValue": "GET /health 200"}})
     item = decode_logs_record(value, PipelineMetrics(registry))
     assert list(item.events) == []
@@ -154,4 +154,4 @@ def test_a_logs_record_without_a_record_kept_is_refused(
 ) -> None:
     """Nothing kept, or nothing decodable: the record is refused with a reason (dead-lettered)."""
     with pytest.raises(error, match=reason):
-        decode_logs_record(value, PipelineMetrics(CollectorRegistry()))
+        decode_logs_record(value, PipelineMetrics(SidecarRegistry()))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from prometheus_client import CollectorRegistry
 
 from collectors.otlp import export_decoding
 from collectors.otlp.export_decoding import Empty, Invalid, RetryLater
@@ -13,6 +12,7 @@ from monitor.events import parse_labels
 from monitor.intake import Events, SpanBatch
 from monitor.names import REJECTED_SPANS_TOTAL
 from monitor.pipeline_metrics import PipelineMetrics
+from monitor.sidecar_registry import SidecarRegistry
 from tests.conftest import sample
 from tests.unit.collectors.otlp.test_http import SinkConsumer, export_request
 
@@ -48,7 +48,7 @@ def test_a_trace_export_is_a_batch_or_one_refusal(
 ) -> None:
     """Some valid spans: a batch of them; every span refused or undecodable: Invalid;
     nothing in it: Empty. Refused spans are counted whatever the outcome."""
-    metrics = PipelineMetrics(CollectorRegistry())
+    metrics = PipelineMetrics(SidecarRegistry())
     if isinstance(outcome, int):
         batch, decoded = export_decoding.spans(body, is_json, "kafka", metrics)
         assert isinstance(batch, SpanBatch)
@@ -72,7 +72,7 @@ def test_a_labels_body_is_events_or_invalid() -> None:
 def test_submit_queues_counts_an_empty_item_and_says_retry_when_full() -> None:
     """An item is queued; one with no events is counted ok without the queue; a full queue
     is RetryLater."""
-    sink = SinkConsumer(CollectorRegistry())
+    sink = SinkConsumer(SidecarRegistry())
     batch, _ = export_decoding.spans(export_request([b"\x01" * 8]), False, "otlp", sink.metrics)
     export_decoding.submit(sink, batch, 0.0)
     export_decoding.submit(sink, Events((), "otlp"), 0.0)

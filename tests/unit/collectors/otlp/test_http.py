@@ -16,13 +16,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from prometheus_client import CollectorRegistry
 
 from collectors.otlp.config import OtlpConfig
 from collectors.otlp.http import PROTOBUF, OtlpHttpReceiver
 from monitor.components import write_token
 from monitor.intake import Events, SpanBatch, WorkItem
 from monitor.pipeline_metrics import PipelineMetrics
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import Feedback, Label
 from tests.conftest import sample, wait_until
 
@@ -32,7 +32,7 @@ TRACE = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
 class SinkConsumer:
     """Takes what a collector submits; ``accept=False`` plays a full queue."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: SidecarRegistry) -> None:
         self.metrics = PipelineMetrics(registry)
         self.items: list[WorkItem] = []
         self.accept = True
@@ -43,12 +43,12 @@ class SinkConsumer:
         return self.accept
 
 
-Running = tuple[OtlpHttpReceiver, SinkConsumer, CollectorRegistry]
+Running = tuple[OtlpHttpReceiver, SinkConsumer, SidecarRegistry]
 
 
 @pytest.fixture
 def receiver() -> Iterator[Running]:
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     sink = SinkConsumer(registry)
     service = OtlpHttpReceiver(OtlpConfig.model_validate({"http": {"port": 0}}), sink)
     service.start()
@@ -158,7 +158,7 @@ def bounded() -> Iterator[Bounded]:
     started: list[OtlpHttpReceiver] = []
 
     def start(**http: object) -> tuple[OtlpHttpReceiver, SinkConsumer]:
-        sink = SinkConsumer(CollectorRegistry())
+        sink = SinkConsumer(SidecarRegistry())
         started.append(start_receiver(sink, **http))
         return started[-1], sink
 

@@ -7,7 +7,6 @@ from dataclasses import replace
 from typing import ClassVar
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from collectors.spans.assembly import SpanAssembler, SpanAssembly
 from collectors.spans.config import AssemblyConfig, MappingConfig
@@ -23,6 +22,7 @@ from monitor.detector import InlineDetector
 from monitor.intake import Events, SpanBatch, Ticket
 from monitor.pipeline import Pipeline
 from monitor.pipeline_metrics import PipelineMetrics
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import EvaluationResult, Event, Feedback, RagTrace
 from tests.conftest import sample, wait_until
 from tests.unit.collectors.spans.test_openinference import rag_spans
@@ -197,7 +197,7 @@ def test_refused_spans_hold_no_ticket() -> None:
 
 def test_pipeline_counts_refused_spans_by_collector_and_reason() -> None:
     """The pipeline counts spans over assembly.max_spans_per_trace per collector."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     assembly = SpanAssembly(AssemblyConfig(grace_s=0.0, max_spans_per_trace=10), MappingConfig())
     pipeline = Pipeline(assembly, [], PipelineMetrics(registry))
     pipeline.start()
@@ -212,7 +212,7 @@ def test_a_late_spans_evaluation_counts_under_its_emitted_request() -> None:
     """An evaluator span arriving after its request was emitted: its gen_ai.evaluation.result
     reaches the evaluations detector as an event, under the request's variant (joined by trace
     id); the span itself still counts as late, and a late span without results only so."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     assembly = SpanAssembly(AssemblyConfig(grace_s=0.0), MappingConfig())
     rules = {"answer_relevancy": EvaluationRule(score_min=0.7)}
     detector = EvaluationsDetector(EvaluationsConfig(evaluations=rules), registry)
@@ -331,7 +331,7 @@ class Reviewing(InlineDetector):
 
     name: ClassVar[str] = "review"
 
-    def __init__(self, rules: PassRules, registry: CollectorRegistry) -> None:
+    def __init__(self, rules: PassRules, registry: SidecarRegistry) -> None:
         self.taken: list[Action] = []
         config = ReviewConfig.model_validate({"enabled": True, "random_rate": 1.0})
         self._sampler = ReviewSampler(config, ReviewMetrics(registry), self._take, rules=rules)
@@ -351,7 +351,7 @@ def test_joined_results_count_under_the_traces_variant_and_reach_review() -> Non
     """Through the pipeline: a canary request's result sent as a log record while its spans
     are assembled counts under canary, not unmatched; the same verdict again (a retried
     export) counts once; the review item carries its outcome."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     assembly = SpanAssembly(AssemblyConfig(grace_s=60.0), MappingConfig())
     rules = {"answer_relevancy": EvaluationRule(score_min=0.7, compare_with_review=True)}
     detector = EvaluationsDetector(EvaluationsConfig(evaluations=rules), registry)
@@ -403,7 +403,7 @@ def test_held_results_the_trace_cannot_take_are_handed_on_as_events() -> None:
 def test_a_result_whose_trace_never_came_is_unmatched_and_no_trace() -> None:
     """Through the pipeline: a result that waited in vain for its trace's spans is handed on
     at last, counted unmatched under production, and no trace is counted for it."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     assembly = SpanAssembly(AssemblyConfig(ttl_s=60.0), MappingConfig())
     rules = {"answer_relevancy": EvaluationRule(score_min=0.7)}
     detector = EvaluationsDetector(EvaluationsConfig(evaluations=rules), registry)

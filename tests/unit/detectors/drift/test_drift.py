@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest
 from structlog.testing import capture_logs
 
 from detectors.drift.config import DriftConfig
@@ -24,8 +24,8 @@ from detectors.drift.scipy_backend import ScipyMmd
 from detectors.drift.store import DriftStore
 from monitor.config import Config
 from monitor.durations import parse_duration
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import RagTrace
-from monitor.worker import supervisor
 from tests.conftest import sample, state_bytes, wait_until
 
 DIM = 32
@@ -139,7 +139,7 @@ def test_restart_keeps_reference_and_history_and_the_report_reads_them(tmp_path:
     """A second detector on the same state uses the stored reference; the report shows both runs."""
     rng = np.random.default_rng(8)
     config = drift_config()
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     first = DriftDetector(config, tmp_path, registry, seed=1)
     first.start()
     feed(first, gaussian(rng, 120 + 80), "billing")
@@ -148,7 +148,7 @@ def test_restart_keeps_reference_and_history_and_the_report_reads_them(tmp_path:
     assert sample(registry, "rag_drift_tests_total", signal=SIGNAL, outcome="no_drift") == 1
     first.shutdown()
 
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     second = DriftDetector(config, tmp_path, registry, seed=2)
     second.start()
     wait_until(lambda: sample(registry, "rag_drift_reference_vectors", signal=SIGNAL) == 120)
@@ -184,7 +184,7 @@ def test_restart_keeps_reference_and_history_and_the_report_reads_them(tmp_path:
 
 def test_wrong_dimension_and_nan_vectors_are_rejected_and_counted(tmp_path: Path) -> None:
     """Vectors of another dimension or with NaN are counted as rejected, never tested."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = DriftDetector(drift_config(reference_size=5), tmp_path, registry)
     detector.start()
     detector.observe(trace([0.0, 1.0, 2.0]))
@@ -206,14 +206,14 @@ def test_a_reference_of_identical_vectors_is_discarded_and_a_new_one_collected(
     """A service sending one constant vector leaves the kernel no bandwidth: the worker
     counts and discards that reference, stays up, and tests once a usable one is in."""
     rng = np.random.default_rng(4)
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = DriftDetector(drift_config(), tmp_path, registry, seed=1)
     detector.start()
     with capture_logs() as logs:
         feed(detector, np.ones((120, DIM)), "constant")
         feed(detector, gaussian(rng, 120 + 80), "billing")
         wait_until(lambda: detector.tests_done == 1)
-    assert supervisor(registry).failing() == {}
+    assert registry.supervisor.failing() == {}
     rejected = sample(
         registry, "rag_drift_rejected_vectors_total", signal=SIGNAL, reason="unusable_reference"
     )
@@ -233,7 +233,7 @@ def test_set_reference_from_file_and_window_is_picked_up_by_a_running_detector(
     path.write_text("\n".join(json.dumps({"embedding": v.tolist(), "query": "x"}) for v in shifted))
     assert set_reference(config, tmp_path, file=path) == (1, 120)
 
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = DriftDetector(config, tmp_path, registry, seed=0)
     detector.start()
     feed(detector, gaussian(rng, 80), "normal")  # unlike the shifted file reference
@@ -273,7 +273,7 @@ def test_alibi_online_mode_flags_a_shift(tmp_path: Path) -> None:
         ert=50,
         n_bootstraps=100,
     )
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = DriftDetector(config, tmp_path, registry)
     detector.start()
     feed(detector, gaussian(rng, 60, dim=8), "ref")
@@ -309,7 +309,7 @@ RESULT_GAUGES = (
 )
 
 
-def result_samples(registry: CollectorRegistry) -> dict[str, float | None]:
+def result_samples(registry: SidecarRegistry) -> dict[str, float | None]:
     return {name: registry.get_sample_value(name, {"signal": SIGNAL}) for name in RESULT_GAUGES}
 
 
@@ -317,7 +317,7 @@ def test_result_gauges_are_absent_until_the_first_test(tmp_path: Path) -> None:
     """No p-value, statistic, verdict or test time is exported before a test ran, not even 0;
     the first test sets them all, its time from the detector's clock."""
     rng = np.random.default_rng(31)
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = DriftDetector(drift_config(), tmp_path, registry, clock=lambda: 1_700_000_000.0)
     detector.start()
     assert result_samples(registry) == dict.fromkeys(RESULT_GAUGES)
@@ -464,7 +464,7 @@ def test_a_file_of_an_earlier_version_is_upgraded_and_trimmed(tmp_path: Path) ->
 # --- storage faults ----------------------------------------------------------------------------
 
 
-def write_errors(registry: CollectorRegistry, reason: str) -> float:
+def write_errors(registry: SidecarRegistry, reason: str) -> float:
     return sample(
         registry, "rag_monitor_state_write_errors_total", file="drift.sqlite3", reason=reason
     )
@@ -482,14 +482,14 @@ def test_a_state_dir_under_a_regular_file_is_counted_logged_once_and_retried(
     blocker.write_text("a file where a directory should be")
     state_dir = blocker / "state"
     clock = [1_700_000_000.0]
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = DriftDetector(drift_config(), state_dir, registry, clock=lambda: clock[0])
     with capture_logs() as logs:
         detector.start()
         feed(detector, gaussian(rng, 120 + 3 * 80), "billing")
         wait_until(lambda: detector.tests_done == 3)
         assert write_errors(registry, "not_a_directory") == 1  # one attempt, then the backoff
-        assert supervisor(registry).failing() == {}
+        assert registry.supervisor.failing() == {}
         assert sample(registry, "rag_drift_tests_total", signal=SIGNAL, outcome="no_drift") == 3
 
         blocker.unlink()  # the operator fixes the directory
@@ -516,7 +516,7 @@ def test_a_corrupt_file_is_moved_aside_and_recreated(tmp_path: Path) -> None:
     rng = np.random.default_rng(6)
     garbage = bytes(rng.integers(0, 256, 8192, dtype=np.uint8))
     (tmp_path / "drift.sqlite3").write_bytes(garbage)
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = DriftDetector(drift_config(), tmp_path, registry)
     with capture_logs() as logs:
         detector.start()
@@ -530,7 +530,7 @@ def test_a_corrupt_file_is_moved_aside_and_recreated(tmp_path: Path) -> None:
     assert aside.name.startswith("drift.sqlite3.corrupt-")
     assert aside.read_bytes() == garbage
     assert write_errors(registry, "corrupt") == 1
-    assert supervisor(registry).failing() == {}
+    assert registry.supervisor.failing() == {}
     store = DriftStore(tmp_path, create=False)
     assert len(store.tests(0)) == 1
     assert store.reference() is not None
@@ -545,7 +545,7 @@ def test_the_store_stays_within_its_share_of_state_max_bytes(tmp_path: Path) -> 
     rng = np.random.default_rng(7)
     budget = 600_000
     clock = [1_700_000_000.0]
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     config = drift_config(reference_size=100, window_size=40, test_every_records=40)
     detector = DriftDetector(
         config, tmp_path, registry, clock=lambda: clock[0], state_max_bytes=budget
@@ -577,7 +577,7 @@ def test_stop_returns_when_the_drift_queue_is_full(tmp_path: Path) -> None:
     from monitor.worker import JOIN_MARGIN_S
 
     rng = np.random.default_rng(8)
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     config = drift_config(
         reference_size=30, window_size=30, test_every_records=1, n_permutations=2000
     )
@@ -594,12 +594,12 @@ def test_stop_returns_when_the_drift_queue_is_full(tmp_path: Path) -> None:
 def test_stop_returns_when_the_drift_worker_died(tmp_path: Path) -> None:
     """An embedder that cannot load ends the worker (healthz: drift dead); later vectors are
     refused without waiting, and shutdown returns at once."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     config = drift_config(embedder=str(tmp_path / "no-such-model"))
     detector = DriftDetector(config, tmp_path, registry)
     detector.start()
     detector.observe(trace([0.0], "a question"))
-    wait_until(lambda: supervisor(registry).failing() == {"drift": "dead"}, timeout=60)
+    wait_until(lambda: registry.supervisor.failing() == {"drift": "dead"}, timeout=60)
     detector.observe(trace([0.0], "another question"))
     assert sample(registry, "rag_drift_rejected_vectors_total", signal=SIGNAL, reason="queue_full")
     started = time.monotonic()

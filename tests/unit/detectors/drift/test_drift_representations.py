@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest
 from structlog.testing import capture_logs
 
 from detectors.drift.config import DriftConfig
@@ -17,6 +17,7 @@ from detectors.drift.detector import DriftDetector
 from detectors.drift.metrics import SIGNAL
 from detectors.drift.reference import list_references, set_reference
 from detectors.drift.store import DriftStore
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import RagTrace
 from tests.conftest import sample, wait_until
 from tests.tiny_bert import save_tiny_bert
@@ -65,14 +66,14 @@ def feed(detector: DriftDetector, vectors: np.ndarray, model: str | None) -> Non
         detector.observe(trace(vector, model))
 
 
-def outcomes(registry: CollectorRegistry) -> tuple[float, float]:
+def outcomes(registry: SidecarRegistry) -> tuple[float, float]:
     return (
         sample(registry, "rag_drift_tests_total", signal=SIGNAL, outcome="no_drift"),
         sample(registry, "rag_drift_tests_total", signal=SIGNAL, outcome="drift"),
     )
 
 
-def changes(registry: CollectorRegistry) -> float:
+def changes(registry: SidecarRegistry) -> float:
     return sample(registry, "rag_drift_representation_changes_total", signal=SIGNAL)
 
 
@@ -84,7 +85,7 @@ def test_a_rotated_encoder_is_a_change_not_drift_and_keeps_its_power_and_rollbac
     enc-v1 is tested against its stored reference after one window, without a refill."""
     rng = np.random.default_rng(41)
     v2 = rotation(7)
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = DriftDetector(config(), tmp_path, registry, seed=1)
     detector.start()
     feed(detector, anisotropic(rng, 120 + 2 * 80), "enc-v1")
@@ -110,7 +111,7 @@ def test_a_rotated_encoder_is_a_change_not_drift_and_keeps_its_power_and_rollbac
     assert sample(registry, "rag_drift_detected", signal=SIGNAL) == 1
     detector.shutdown()
 
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     restarted = DriftDetector(config(), tmp_path, registry, seed=2)
     restarted.start()
     feed(restarted, anisotropic(rng, 80), "enc-v1")
@@ -134,7 +135,7 @@ def test_canary_traffic_of_two_representations_is_tested_per_representation(
     reference, nothing is flagged, one change (enc-b's arrival), shares of one half each."""
     rng = np.random.default_rng(43)
     b = rotation(9)
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = DriftDetector(config(), tmp_path, registry, seed=1)
     detector.start()
     queries = anisotropic(rng, 2 * (120 + 2 * 80))
@@ -165,7 +166,7 @@ def test_a_thousand_model_names_keep_at_most_k_references_and_bounded_series(
     values (the share one more: other)."""
     keep = 4
     rng = np.random.default_rng(47)
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     settings = config(
         reference_size=2, window_size=2, test_every_records=1, max_representations=keep
     )
@@ -206,7 +207,7 @@ def test_set_reference_restores_a_snapshot_by_hand_and_lists_every_version(
     running detector picks it up before its next test, and the list shows both versions."""
     rng = np.random.default_rng(53)
     settings = config()
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = DriftDetector(settings, tmp_path, registry, seed=1)
     detector.start()
     feed(detector, anisotropic(rng, 120 + 80), "enc-v1")
@@ -276,7 +277,7 @@ def test_a_state_file_of_the_previous_schema_is_migrated_and_its_reference_used(
     db.execute("INSERT INTO probes VALUES (1, 1, ?, NULL)", (vectors[0].tobytes(),))
     db.commit()
     db.close()
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = DriftDetector(config(), tmp_path, registry, seed=1)
     with capture_logs() as logs:
         detector.start()
@@ -332,7 +333,7 @@ def test_the_weekly_report_shows_the_encoder_change_with_the_pinned_probe_stabil
         "n_permutations": 100,
         "p_value": 0.01,
     }
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = DriftDetector(DriftConfig.model_validate(drift), tmp_path, registry, seed=1)
     detector.start()
     for text in questions(rng, 40 + 2 * 30):

@@ -6,7 +6,6 @@ import math
 from datetime import UTC, datetime
 
 import pytest
-from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
 from detectors.evaluations.alerting import guardrails_of, rows, rules
@@ -14,6 +13,7 @@ from detectors.evaluations.config import EvaluationRule, EvaluationsConfig
 from detectors.evaluations.detector import EvaluationsDetector, outcome
 from detectors.evaluations.names import FOLDED_TOTAL, RESULTS_TOTAL, SCORE, UNMATCHED_TOTAL
 from monitor.guardrails import GuardrailsConfig
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import EvaluationResult, RagTrace
 
 CONFIG = EvaluationsConfig.model_validate(
@@ -33,7 +33,7 @@ def trace(trace_id: str, *results: EvaluationResult, variant: str | None = None)
 
 
 def count(
-    registry: CollectorRegistry, evaluation: str, result: str, variant: str = "production"
+    registry: SidecarRegistry, evaluation: str, result: str, variant: str = "production"
 ) -> float:
     labels = {"evaluation": evaluation, "outcome": result, "variant": variant}
     return registry.get_sample_value(RESULTS_TOTAL, labels) or 0.0
@@ -64,7 +64,7 @@ def test_outcome_follows_the_pass_rule(result: EvaluationResult, expected: str) 
 
 def test_results_in_traces_count_per_evaluation_outcome_and_variant() -> None:
     """Results inside a trace count under its variant; finite scores fill the histogram."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = EvaluationsDetector(CONFIG, registry)
     detector.observe(trace("a1", EvaluationResult("answer_relevancy", score=0.9),
                            EvaluationResult("toxicity", score=0.5)))  # fmt: skip
@@ -78,7 +78,7 @@ def test_results_in_traces_count_per_evaluation_outcome_and_variant() -> None:
 def test_late_results_join_their_request_by_trace_or_response_id() -> None:
     """A result sent after its request counts under that request's variant; one naming
     no recent request counts under production and as unmatched."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = EvaluationsDetector(CONFIG, registry)
     detector.observe(trace("b1", EvaluationResult("hallucination", label="factual",
                                                   response_id="resp-7"), variant="canary"))  # fmt: skip
@@ -94,7 +94,7 @@ def test_late_results_join_their_request_by_trace_or_response_id() -> None:
 def test_ten_thousand_names_fold_into_other_and_the_map_stays_bounded() -> None:
     """Unconfigured names count as other, nameless ones as none; series and the join map
     stay bounded whatever arrives."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     config = CONFIG.model_copy(update={"max_tracked_traces": 100})
     detector = EvaluationsDetector(config, registry)
     for i in range(10_000):

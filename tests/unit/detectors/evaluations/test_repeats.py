@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from detectors.evaluations.config import EvaluationsConfig
 from detectors.evaluations.detector import EvaluationsDetector
 from detectors.evaluations.names import DUPLICATES_TOTAL, UNMATCHED_TOTAL
 from detectors.evaluations.repeats import CountedResults, result_identity
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import EvaluationResult
 from tests.unit.detectors.evaluations.test_evaluations import CONFIG, count, trace
 
@@ -75,7 +75,7 @@ def test_one_verdict_from_a_span_event_a_log_record_and_a_retry_counts_once() ->
     """The same result inside its trace and twice as an event: counted once under the
     trace's variant, the repeats as duplicates, none unmatched; a later repeat whose
     trace left the variant map is still a duplicate, not unmatched."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     config = EvaluationsConfig.model_validate(
         {**CONFIG.model_dump(exclude_none=True), "max_tracked_traces": 1}
     )
@@ -94,7 +94,7 @@ def test_one_verdict_from_a_span_event_a_log_record_and_a_retry_counts_once() ->
 def test_results_of_a_record_are_identified_by_the_records_trace() -> None:
     """A rag-trace/1 record's results name no trace of their own: the record's trace id
     stands in, so a log record of the same verdict (no span id) is a duplicate."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = EvaluationsDetector(CONFIG, registry)
     in_record = EvaluationResult("hallucination", label="factual")
     detector.observe(trace(TRACE, in_record, in_record))

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from detectors.faithfulness import FaithfulnessDetector
@@ -19,6 +18,7 @@ from detectors.faithfulness.detector import SCORE_BUCKETS
 from detectors.faithfulness.hhem import HhemScorer, PreparedPair, length_batches, read_checkpoint
 from detectors.faithfulness.triage import OUTCOMES, split_sentences
 from monitor.sidecar import Sidecar
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import Context, Event, Feedback, JudgeScore, RagTrace, UnscoredAnswer
 from tests.conftest import sample, wait_until
 from tests.hhem_checkpoint import TINY, Tiny, build_checkpoint, reference_scores
@@ -55,7 +55,7 @@ def detectors() -> Iterator[Callable[..., FaithfulnessDetector]]:
             {"model": str(model), "sample_rate": 1.0, "max_per_second": 1e6, "precision": "fp32"}
             | settings
         )
-        detector = FaithfulnessDetector(config, CollectorRegistry(), queue_size=queue_size)
+        detector = FaithfulnessDetector(config, SidecarRegistry(), queue_size=queue_size)
         detector.start()
         started.append(detector)
         return detector
@@ -222,7 +222,7 @@ def test_answers_without_documents_are_no_context_and_never_reach_hhem(tiny: Tin
     )
     events: list[Event] = []
     detector = FaithfulnessDetector(
-        config, CollectorRegistry(), emit=lambda event: events.append(event) is None
+        config, SidecarRegistry(), emit=lambda event: events.append(event) is None
     )
     detector.start()
     try:
@@ -272,7 +272,7 @@ def test_traces_the_model_need_not_see_are_settled_inline(
     queued; a field the outcome lacked is counted missing, one an outcome does not need
     (a refusal's or a blank answer's documents) is not."""
     config = FaithfulnessConfig.model_validate({"sample_rate": 1.0, "max_per_second": 1e6})
-    detector = FaithfulnessDetector(config, CollectorRegistry())  # not started: no model
+    detector = FaithfulnessDetector(config, SidecarRegistry())  # not started: no model
     detector.observe(rag_trace(1, answer, contexts))
     assert {o: outcome(detector, o) for o in OUTCOMES if outcome(detector, o)} == {expected: 1}
     assert detector.sampler.queue.qsize() == 0
@@ -292,7 +292,7 @@ def test_traces_the_model_need_not_see_are_settled_inline(
 def test_a_thumbs_down_trace_without_documents_is_no_context() -> None:
     """A trace held for feedback and taken by thumbs-down is triaged like a sampled one."""
     config = FaithfulnessConfig.model_validate({"sample_rate": 1e-9, "min_scored_per_hour": 0})
-    detector = FaithfulnessDetector(config, CollectorRegistry())
+    detector = FaithfulnessDetector(config, SidecarRegistry())
     detector.observe(rag_trace(7, ANSWERS[0], contexts=()))
     assert outcome(detector, "no_context") == 0
     detector.observe_event(Feedback(trace_id=f"{7:032x}", kind="thumbs_down"))

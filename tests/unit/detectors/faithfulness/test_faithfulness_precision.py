@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from detectors.faithfulness import FaithfulnessDetector
@@ -27,6 +26,7 @@ from detectors.faithfulness.precision import (
     choose,
     read_calibration_pairs,
 )
+from monitor.sidecar_registry import SidecarRegistry
 from tests.conftest import REPO, sample, wait_until
 from tests.hhem_checkpoint import Tiny, build_checkpoint
 
@@ -264,7 +264,7 @@ def start(
     model: Path, detectors: list[FaithfulnessDetector], **settings: object
 ) -> FaithfulnessDetector:
     config = FaithfulnessConfig.model_validate({"model": str(model), **settings})
-    detector = FaithfulnessDetector(config, CollectorRegistry())
+    detector = FaithfulnessDetector(config, SidecarRegistry())
     detectors.append(detector)
     detector.start()
     return detector

@@ -7,10 +7,10 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from detectors.faithfulness.detector import without_query_vector
 from monitor.sampler import Sampled, Sampler, TokenBucket, trace_fraction
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import Feedback, Label, RagTrace
 from tests.conftest import sample
 
@@ -28,7 +28,7 @@ def trace(trace_id: str, probe_id: str | None = None) -> RagTrace:
 
 
 def sampler(
-    registry: CollectorRegistry, clock: FakeClock | None = None, **overrides: object
+    registry: SidecarRegistry, clock: FakeClock | None = None, **overrides: object
 ) -> Sampler:
     settings: dict[str, object] = {
         "sample_rate": 0.1,
@@ -42,18 +42,18 @@ def sampler(
     return Sampler("faithfulness", registry, **settings)  # type: ignore[arg-type]
 
 
-def queued(registry: CollectorRegistry) -> float:
+def queued(registry: SidecarRegistry) -> float:
     return sample(registry, "rag_monitor_samples_total", detector="faithfulness", outcome="queued")
 
 
-def dropped(registry: CollectorRegistry) -> float:
+def dropped(registry: SidecarRegistry) -> float:
     return sample(registry, "rag_monitor_samples_total", detector="faithfulness", outcome="dropped")
 
 
 @pytest.mark.parametrize("rate", [0.02, 0.1, 0.5], ids=["2%", "10%", "50%"])
 def test_sampled_share_is_within_binomial_bounds(rate: float) -> None:
     """Of 20,000 random trace ids the share taken is within 4 sd of sample_rate."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     s = sampler(registry, sample_rate=rate, always_sample=[])
     n = 20_000
     taken = sum(s.offer(trace(f"{i * 2654435761 % 2**64:032x}")) for i in range(n))
@@ -65,8 +65,8 @@ def test_sampled_share_is_within_binomial_bounds(rate: float) -> None:
 def test_replicas_choose_the_same_traces() -> None:
     """Two samplers (two replicas, or a replay) take exactly the same trace ids."""
     ids = [f"{i:032x}" for i in range(2000)]
-    first = [sampler(CollectorRegistry()).offer(trace(t)) for t in ids]
-    second_sampler = sampler(CollectorRegistry())
+    first = [sampler(SidecarRegistry()).offer(trace(t)) for t in ids]
+    second_sampler = sampler(SidecarRegistry())
     second = [second_sampler.offer(trace(t)) for t in ids]
     assert first == second
     assert all(0 <= trace_fraction(t) < 1 for t in ids)
@@ -75,7 +75,7 @@ def test_replicas_choose_the_same_traces() -> None:
 
 def test_probes_are_always_taken_even_when_the_rate_budget_is_spent() -> None:
     """A probe is queued whatever its hash and however empty the token bucket."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     s = sampler(registry, FakeClock(), sample_rate=1e-9, max_per_second=0.001)
     assert all(s.offer(trace(f"{i:032x}", probe_id=f"q{i}")) for i in range(50))
     assert queued(registry) == 50
@@ -84,14 +84,14 @@ def test_probes_are_always_taken_even_when_the_rate_budget_is_spent() -> None:
 
 def test_probes_follow_the_hash_when_not_always_sampled() -> None:
     """Without 'probe' in always_sample, probes are sampled like any trace."""
-    s = sampler(CollectorRegistry(), sample_rate=1e-9, always_sample=["thumbs_down"])
+    s = sampler(SidecarRegistry(), sample_rate=1e-9, always_sample=["thumbs_down"])
     assert not any(s.offer(trace(f"{i:032x}", probe_id="q1")) for i in range(50))
 
 
 def test_thumbs_down_within_the_wait_takes_the_held_trace() -> None:
     """A trace not sampled is queued when thumbs-down arrives within the wait, not after."""
     clock = FakeClock()
-    s = sampler(CollectorRegistry(), clock, sample_rate=1e-9, thumbs_down_wait_s=60)
+    s = sampler(SidecarRegistry(), clock, sample_rate=1e-9, thumbs_down_wait_s=60)
     assert not s.offer(trace("a" * 32))
     assert not s.offer(trace("b" * 32))
     clock.now += 30
@@ -107,7 +107,7 @@ def test_thumbs_down_within_the_wait_takes_the_held_trace() -> None:
 def test_thumbs_down_before_its_trace_takes_the_trace_on_arrival() -> None:
     """Feedback that overtakes its trace (span assembly still waiting) is remembered."""
     clock = FakeClock()
-    s = sampler(CollectorRegistry(), clock, sample_rate=1e-9, thumbs_down_wait_s=60)
+    s = sampler(SidecarRegistry(), clock, sample_rate=1e-9, thumbs_down_wait_s=60)
     s.observe_event(Feedback(trace_id="c" * 32, kind="thumbs_down"))
     clock.now += 10
     assert s.offer(trace("c" * 32))
@@ -116,7 +116,7 @@ def test_thumbs_down_before_its_trace_takes_the_trace_on_arrival() -> None:
 
 def test_held_traces_are_bounded() -> None:
     """Traces held for possible feedback never exceed max_awaiting; the oldest go first."""
-    s = sampler(CollectorRegistry(), FakeClock(), sample_rate=1e-9, max_awaiting=100)
+    s = sampler(SidecarRegistry(), FakeClock(), sample_rate=1e-9, max_awaiting=100)
     for i in range(1000):
         s.offer(trace(f"{i:032x}"))
     assert s.awaiting == 100
@@ -127,7 +127,7 @@ def test_held_traces_are_bounded() -> None:
 def test_max_per_second_caps_sampled_traces_and_counts_the_rest() -> None:
     """With every trace sampled, 5/s lets a burst of 5 through, then 5 per second."""
     clock = FakeClock()
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     s = sampler(registry, clock, sample_rate=1.0, max_per_second=5.0)
     assert sum(s.offer(trace(f"{i:032x}")) for i in range(100)) == 5
     clock.now += 1.0
@@ -146,7 +146,7 @@ def test_token_bucket_refills_at_its_rate_up_to_its_burst() -> None:
 
 def test_a_full_queue_drops_and_counts_without_blocking() -> None:
     """Offering 10,000 traces to a queue of 8 returns at once: 8 queued, the rest dropped."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     s = sampler(registry, sample_rate=1.0, queue_size=8)
     started = time.perf_counter()
     results = [s.offer(trace(f"{i:032x}")) for i in range(10_000)]
@@ -157,7 +157,7 @@ def test_a_full_queue_drops_and_counts_without_blocking() -> None:
 
 def test_samplers_of_one_registry_share_the_counter() -> None:
     """Two expensive detectors on one registry count under their own detector label."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     Sampler(
         "faithfulness", registry, sample_rate=1.0, always_sample=[], max_per_second=10, queue_size=1
     )
@@ -177,14 +177,14 @@ def offer_hourly(s: Sampler, clock: FakeClock, per_hour: int, hours: int, start:
     return taken
 
 
-def effective_rate(registry: CollectorRegistry) -> float:
+def effective_rate(registry: SidecarRegistry) -> float:
     return sample(registry, "rag_monitor_effective_sample_rate", detector="faithfulness")
 
 
 def test_floor_raises_the_rate_at_low_traffic() -> None:
     """At 600 traces an hour a 2% rate takes 12; the floor of 120 an hour raises the rate to
     20% (exported), and the second hour takes 120 within binomial bounds."""
-    registry, clock = CollectorRegistry(), FakeClock()
+    registry, clock = SidecarRegistry(), FakeClock()
     s = sampler(registry, clock, sample_rate=0.02, always_sample=[], min_per_hour=120.0)
     offer_hourly(s, clock, per_hour=600, hours=1)  # the first hour fills the estimate
     taken = offer_hourly(s, clock, per_hour=600, hours=1, start=600)
@@ -194,7 +194,7 @@ def test_floor_raises_the_rate_at_low_traffic() -> None:
 
 def test_floor_leaves_the_rate_at_high_traffic() -> None:
     """At 36,000 traces an hour 2% already takes 720 > 120: the rate stays 2%."""
-    registry, clock = CollectorRegistry(), FakeClock()
+    registry, clock = SidecarRegistry(), FakeClock()
     s = sampler(registry, clock, sample_rate=0.02, always_sample=[], min_per_hour=120.0)
     taken = offer_hourly(s, clock, per_hour=36_000, hours=1)
     assert effective_rate(registry) == 0.02
@@ -203,7 +203,7 @@ def test_floor_leaves_the_rate_at_high_traffic() -> None:
 
 def test_floor_stays_within_the_scorers_capacity() -> None:
     """A floor above max_per_second is cut by the token bucket: the rest is counted dropped."""
-    registry, clock = CollectorRegistry(), FakeClock()
+    registry, clock = SidecarRegistry(), FakeClock()
     s = sampler(
         registry, clock, sample_rate=0.02, always_sample=[], min_per_hour=1e6, max_per_second=0.01
     )
@@ -215,7 +215,7 @@ def test_floor_stays_within_the_scorers_capacity() -> None:
 
 def test_no_floor_keeps_the_configured_rate() -> None:
     """Without min_per_hour the exported rate is sample_rate whatever the traffic."""
-    registry, clock = CollectorRegistry(), FakeClock()
+    registry, clock = SidecarRegistry(), FakeClock()
     s = sampler(registry, clock, sample_rate=0.02, always_sample=[])
     offer_hourly(s, clock, per_hour=60, hours=1)
     assert effective_rate(registry) == 0.02
@@ -225,7 +225,7 @@ def test_traces_held_for_feedback_are_held_in_the_given_form() -> None:
     """An unsampled trace waits for thumbs-down without its query vector (the faithfulness
     detector's held form); a thumbs-down then queues that form, the rest intact."""
     clock = FakeClock()
-    s = sampler(CollectorRegistry(), clock, sample_rate=1e-9, held_form=without_query_vector)
+    s = sampler(SidecarRegistry(), clock, sample_rate=1e-9, held_form=without_query_vector)
     held = RagTrace(
         trace_id="d" * 32,
         time=datetime.now(UTC),
@@ -241,7 +241,7 @@ def test_traces_held_for_feedback_are_held_in_the_given_form() -> None:
     assert (queued.trace_id, queued.query, queued.answer) == ("d" * 32, "q", "a")
 
 
-def settled(registry: CollectorRegistry) -> float:
+def settled(registry: SidecarRegistry) -> float:
     return sample(registry, "rag_monitor_samples_total", detector="faithfulness", outcome="settled")
 
 
@@ -250,7 +250,7 @@ def test_settled_traces_are_counted_neither_queued_nor_charged_to_the_cap() -> N
     never queued; they spend no token, so the scorable ones still get the whole cap, and a
     held trace taken by thumbs-down is settled the same way."""
     clock = FakeClock()
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     seen: list[str] = []
 
     def settle(taken: Sampled) -> bool:
@@ -262,7 +262,7 @@ def test_settled_traces_are_counted_neither_queued_nor_charged_to_the_cap() -> N
     assert sum(s.offer(trace(f"1{i:031x}")) for i in range(100)) == 5
     assert (settled(registry), queued(registry), dropped(registry)) == (100, 5, 95)
     assert all(item.trace.trace_id.startswith("1") for item in list(s.queue.queue))
-    probe = sampler(CollectorRegistry(), clock, sample_rate=1e-9, settle=settle)
+    probe = sampler(SidecarRegistry(), clock, sample_rate=1e-9, settle=settle)
     assert not probe.offer(trace("0" * 32, probe_id="q1"))
     assert not probe.offer(trace("0" + "a" * 31))
     assert not probe.observe_event(Feedback(trace_id="0" + "a" * 31, kind="thumbs_down"))

@@ -8,7 +8,6 @@ from typing import Any
 
 import orjson
 import pytest
-from prometheus_client import CollectorRegistry
 
 from detectors.faithfulness.judge_choice import judge_identity
 from detectors.faithfulness.judge_contract import JudgePair, JudgeResult
@@ -17,6 +16,7 @@ from detectors.faithfulness.scorer import Pair, Scorer
 from detectors.faithfulness.scorer_budget import FloorBudget, SeenTraces
 from monitor.config import Config
 from monitor.sampler import Sampled, trace_fraction
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.slicing import Slicer
 from monitor.trace import Context, JudgeScore, RagTrace, UnscoredAnswer
 from tests.conftest import sample
@@ -188,7 +188,7 @@ class Sent:
 def test_a_poll_is_judged_length_sorted_once_per_trace_and_published() -> None:
     """Pairs are judged shortest first in the judge's batches, a repeat in the same poll is
     a duplicate, an invalid record is counted, and each score is published with its variant."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     config = Config.model_validate({"detectors": {"faithfulness": {"judge_location": "kafka"}}})
     scorer = Scorer(config.detectors.faithfulness, config.collectors.kafka, registry)
     pairs = [{"trace_id": f"t{n}", "premise": "p", "answer": "a" * n, "question": None,
@@ -207,7 +207,7 @@ def test_a_poll_is_judged_length_sorted_once_per_trace_and_published() -> None:
 def test_a_pair_redelivered_before_its_score_was_flushed_is_sent_again_not_judged() -> None:
     """After a failed flush the poll comes back: its scores are re-sent from memory and the
     pairs counted as duplicates, never judged twice."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     config = Config.model_validate({"detectors": {"faithfulness": {"judge_location": "kafka"}}})
     scorer = Scorer(config.detectors.faithfulness, config.collectors.kafka, registry)
     value = orjson.dumps({"trace_id": "t1", "premise": "p", "answer": "a", "question": None,
@@ -233,7 +233,7 @@ def test_a_pair_the_judge_gives_no_score_is_published_with_its_outcome() -> None
     """Every judged pair is published: a score as before, an error or no_claims as its
     outcome without a score; a sidecar reads each back as the event an inline judge emits
     (JudgeScore, UnscoredAnswer) and refuses an outcome no scorer's judge ends with."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     config = Config.model_validate({"detectors": {"faithfulness": {"judge_location": "kafka"}}})
     scorer = Scorer(config.detectors.faithfulness, config.collectors.kafka, registry)
     answers = ("scored", "no_claims", "error")
@@ -262,5 +262,5 @@ def test_kafka_judging_without_brokers_is_refused_at_start() -> None:
     config = Config.model_validate({"detectors": {"faithfulness": {"judge_location": "kafka"}}})
     with pytest.raises(ValueError, match=r"collectors\.kafka\.bootstrap_servers"):
         FaithfulnessDetector(
-            config.detectors.faithfulness, CollectorRegistry(), kafka=config.collectors.kafka
+            config.detectors.faithfulness, SidecarRegistry(), kafka=config.collectors.kafka
         )

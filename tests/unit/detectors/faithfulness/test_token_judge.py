@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from detectors.faithfulness import component
@@ -35,6 +34,7 @@ from detectors.faithfulness.token_classifier import (
     resolve_token_model,
 )
 from detectors.faithfulness.token_judge import TokenJudge, load_token_judge, verdict
+from monitor.sidecar_registry import SidecarRegistry
 from tests.conftest import REPO
 from tests.token_checkpoint import build_checkpoint
 
@@ -285,7 +285,7 @@ def empty_hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return cache
 
 
-def load(config: FaithfulnessConfig, registry: CollectorRegistry | None = None) -> Any:
+def load(config: FaithfulnessConfig, registry: SidecarRegistry | None = None) -> Any:
     return load_token_judge(
         config, registry=registry, on_stats=lambda _: None, stopping=threading.Event()
     )
@@ -321,7 +321,7 @@ def test_a_hub_id_loads_from_the_cache_with_its_identity(
     config = FaithfulnessConfig(judge="token_classifier", precision="int8", threads=1)
     assert resolve_token_model(DEFAULT_TOKEN_MODEL) == root / "snapshots" / ("0" * 40)
     assert component.missing_models(config) == []
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     judge = open_judge(
         config, registry=registry, on_stats=lambda _: None, stopping=threading.Event()
     )

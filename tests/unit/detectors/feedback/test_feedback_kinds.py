@@ -8,12 +8,12 @@ from typing import Any
 
 import orjson
 import pytest
-from prometheus_client import CollectorRegistry
 
 from detectors.feedback.alerting import rows
 from detectors.feedback.detector import DWELL_BUCKETS_S, NO_REASON, FeedbackDetector
 from monitor.events import InvalidRecord, parse_feedback
 from monitor.guardrails import GuardrailsConfig
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import FEEDBACK_KINDS, FEEDBACK_REASONS, Feedback
 from tests.conftest import sample
 
@@ -97,7 +97,7 @@ def test_one_bad_record_refuses_the_whole_batch_as_before() -> None:
 
 def test_detector_counts_every_kind_reasons_and_dwell() -> None:
     """Kinds count under kind, thumbs-down under reason (unspecified without one), dwell in the histogram."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     detector = FeedbackDetector(registry)
     events = [
         Feedback("t", "thumbs_down", reason="wrong"),
@@ -136,7 +136,7 @@ def test_detector_counts_every_kind_reasons_and_dwell() -> None:
 def test_label_sets_are_bounded_and_preset() -> None:
     """Every label value exists at zero (variant production) before any event, and no other
     appears."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     FeedbackDetector(registry)
     labels = {
         (metric.name, tuple(sorted(s.labels.items())))

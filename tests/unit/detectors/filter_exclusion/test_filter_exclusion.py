@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from detectors.filter_exclusion.config import FilterExclusionConfig
@@ -20,6 +19,7 @@ from detectors.filter_exclusion.scoring import (
     score_query,
 )
 from monitor.config import ConfigError, load_config
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import Context, Label, RagTrace
 from tests.conftest import (
     CALLER,
@@ -57,8 +57,8 @@ def make_trace(trace_id: str = "ab", **fields: Any) -> RagTrace:
 
 def detector(
     clock: FakeClock | None = None, **settings: Any
-) -> tuple[FilterExclusionDetector, CollectorRegistry]:
-    registry = CollectorRegistry()
+) -> tuple[FilterExclusionDetector, SidecarRegistry]:
+    registry = SidecarRegistry()
     config = FilterExclusionConfig(**settings)
     return FilterExclusionDetector(config, registry, clock=clock or FakeClock()), registry
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from detectors.release.config import ReleaseConfig
 from detectors.release.detector import MAX_ENVIRONMENTS_PER_VERSION, ReleaseDetector
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import RagTrace
 from tests.conftest import sample
 
@@ -31,18 +31,18 @@ def trace(
     )
 
 
-def detector(**config: int) -> tuple[ReleaseDetector, CollectorRegistry]:
-    registry = CollectorRegistry()
+def detector(**config: int) -> tuple[ReleaseDetector, SidecarRegistry]:
+    registry = SidecarRegistry()
     return ReleaseDetector(ReleaseConfig(**config), registry, clock=lambda: NOW), registry
 
 
-def first_seen(registry: CollectorRegistry, service: str, version: str) -> float | None:
+def first_seen(registry: SidecarRegistry, service: str, version: str) -> float | None:
     return registry.get_sample_value(
         "rag_release_first_seen_timestamp_seconds", {"service": service, "version": version}
     )
 
 
-def info_series(registry: CollectorRegistry) -> set[tuple[str, ...]]:
+def info_series(registry: SidecarRegistry) -> set[tuple[str, ...]]:
     return {
         (s.labels["service"], s.labels["version"], s.labels["environment"])
         for metric in registry.collect()

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry
 
 from alerts.rules import RULE_FILE, render_rules
 from detectors.review.calibration import DEFAULT_JUDGE
@@ -27,6 +26,7 @@ from detectors.review.model import ReviewItem, Stratum, Verdict
 from detectors.review.report import build_report, render_markdown
 from monitor.config import Config
 from monitor.rulekit.prediction_powered import ReviewedPairs, corrected
+from monitor.sidecar_registry import SidecarRegistry
 from tests.unit.alerts.test_rules import tool
 
 JOB = "rag-monitor"
@@ -55,7 +55,7 @@ def _reviewed(seed: int) -> list[tuple[ReviewItem, Verdict]]:
 
 def _counters(reviewed: list[tuple[ReviewItem, Verdict]], tmp_path: Path) -> dict[str, float]:
     """The agreement counters after the review detector recorded every verdict."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     config = ReviewConfig.model_validate({"enabled": True, "http": {"enabled": False}})
     detector = ReviewDetector(config, registry, tmp_path)
     for item, verdict in reviewed:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from detectors.evaluations.config import EvaluationRule
 from detectors.review.calibration import evaluation_agreements
@@ -33,6 +32,7 @@ from monitor.guardrails import GuardrailsConfig
 from monitor.service_config import ServiceConfig
 from monitor.shared import COMPARED_WITH_REVIEW, PassRules, SharedValues
 from monitor.sidecar import build_detectors
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import EvaluationResult, RagTrace
 from tests.conftest import make_config, sample, wait_until
 
@@ -92,7 +92,7 @@ def make_sampler() -> tuple[ReviewSampler, list[Action]]:
         taken.append(action)
         return True
 
-    sampler = ReviewSampler(config, ReviewMetrics(CollectorRegistry()), sink, rules=RULES)
+    sampler = ReviewSampler(config, ReviewMetrics(SidecarRegistry()), sink, rules=RULES)
     return sampler, taken
 
 
@@ -222,7 +222,7 @@ def test_a_verdict_counts_agreement_per_evaluation(
 ) -> None:
     """Each outcome on the reviewed item counts once under its evaluation (other when this
     replica does not compare it), its outcome and the reviewer's raw verdict."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     config = ReviewConfig.model_validate({"enabled": True, "http": {"enabled": False}})
     detector = ReviewDetector(config, registry, tmp_path, rules=RULES)
     item = ReviewItem(TRACE, 1.0, "q", "a", evaluations=evaluations)
@@ -254,7 +254,7 @@ def test_a_verdict_counts_under_the_random_stratum_when_the_item_was_drawn_at_ra
     """An item drawn at random counts under stratum random, whatever else took it too; an
     item only oversampled (thumbs-down, low score, follow-up) under other: only the random
     ones estimate the population's pass share."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     config = ReviewConfig.model_validate({"enabled": True, "http": {"enabled": False}})
     detector = ReviewDetector(config, registry, tmp_path, rules=RULES)
     item = ReviewItem(
@@ -284,7 +284,7 @@ def test_the_component_compares_only_evaluations_set_compare_with_review(tmp_pat
             },
         },
     )
-    [detector] = [d for d in build_detectors(config, CollectorRegistry()) if d.name == "review"]
+    [detector] = [d for d in build_detectors(config, SidecarRegistry()) if d.name == "review"]
     observed = trace(1, result(score=0.4), result("answer_relevancy", score=0.1))
     assert held_outcomes(detector, observed) == (("groundedness", "fail"),)
 
@@ -313,7 +313,7 @@ def test_the_review_component_takes_the_rules_the_core_hands_it(tmp_path: Path) 
     [review] = [component for component in load_components() if component.name == "review"]
     shared = SharedValues([COMPARED_WITH_REVIEW.provide({"groundedness": RULES["groundedness"]})])
     context = BuildContext(
-        CollectorRegistry(), ServiceConfig(state_dir=tmp_path), GuardrailsConfig(), shared
+        SidecarRegistry(), ServiceConfig(state_dir=tmp_path), GuardrailsConfig(), shared
     )
     config = ReviewConfig.model_validate(
         {"enabled": True, "random_rate": 1.0, "http": {"enabled": False}}

@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from detectors.review.config import ReviewConfig
 from detectors.review.metrics import ReviewMetrics
@@ -22,6 +21,7 @@ from detectors.review.sampler import (
     Enqueue,
     ReviewSampler,
 )
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import Context, Feedback, JudgeScore, RagTrace
 from tests.conftest import sample
 
@@ -61,7 +61,7 @@ class Sink:
 
 def make(
     clock: FakeClock | None = None, **settings: Any
-) -> tuple[ReviewSampler, Sink, CollectorRegistry]:
+) -> tuple[ReviewSampler, Sink, SidecarRegistry]:
     unbounded = dict.fromkeys(("random", "low_faithfulness", "thumbs_down", "follow_up"), UNBOUNDED)
     config = ReviewConfig.model_validate(
         {
@@ -72,7 +72,7 @@ def make(
             **settings,
         }
     )
-    registry, sink = CollectorRegistry(), Sink()
+    registry, sink = SidecarRegistry(), Sink()
     sampler = ReviewSampler(config, ReviewMetrics(registry), sink, clock or FakeClock())
     return sampler, sink, registry
 

@@ -7,13 +7,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from detectors.review.config import ReviewHttpSettings
 from detectors.review.model import ReviewContext, ReviewItem
 from detectors.review.store import ReviewStore
 from detectors.review.web import MAX_QUERY_FIELDS, SESSION_COOKIE, ReviewPage
 from monitor.http.wire import Request
+from monitor.sidecar_registry import SidecarRegistry
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 FORM = "application/x-www-form-urlencoded"
@@ -23,9 +23,7 @@ FORM = "application/x-www-form-urlencoded"
 def page(tmp_path: Path) -> Iterator[ReviewPage]:
     store = ReviewStore(tmp_path)
     store.add(ReviewItem(TRACE, 1.0, "q", "a", contexts=(ReviewContext("d1"),), strata=("random",)))
-    yield ReviewPage(
-        ReviewHttpSettings(port=0), store, "token", lambda *_: None, CollectorRegistry()
-    )
+    yield ReviewPage(ReviewHttpSettings(port=0), store, "token", lambda *_: None, SidecarRegistry())
     store.close()
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from detectors.review.config import ReviewConfig
 from detectors.review.detector import ReviewDetector
@@ -20,6 +19,7 @@ from detectors.review.store import (
     verdict_from_record,
     verdict_record,
 )
+from monitor.sidecar_registry import SidecarRegistry
 from tests.conftest import sample, wait_until
 
 DAY_S = 86_400.0
@@ -182,7 +182,7 @@ def test_store_is_safe_from_many_threads(store: ReviewStore) -> None:
 def test_detector_enforces_retention_days_with_its_clock(tmp_path: Path) -> None:
     """The detector's worker deletes items older than retention_days once the clock passes
     them, and counts the deletions."""
-    clock, registry = FakeClock(), CollectorRegistry()
+    clock, registry = FakeClock(), SidecarRegistry()
     config = ReviewConfig.model_validate(
         {"enabled": True, "retention_days": 30, "http": {"enabled": False}}
     )
@@ -215,7 +215,7 @@ def test_detector_queues_a_pair_production_half_but_never_its_shadow_twin(
     config = ReviewConfig.model_validate(
         {"enabled": True, "random_rate": 1.0, "http": {"enabled": False}}
     )
-    detector = ReviewDetector(config, CollectorRegistry(), tmp_path)
+    detector = ReviewDetector(config, SidecarRegistry(), tmp_path)
     detector.start()
     try:
         now = datetime.now(tz=UTC)

@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
 from detectors.filter_exclusion.config import FilterExclusionConfig
@@ -21,6 +20,7 @@ from monitor.components import EMIT_TIMEOUT_S, EventHook
 from monitor.intake import PIPELINE_THREAD, WorkItem
 from monitor.pipeline_metrics import PipelineMetrics
 from monitor.sampler import Sampler
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import Event, ExclusionOutcome, JudgeScore, Label, RagTrace
 from tests.conftest import sample, wait_until
 
@@ -42,8 +42,8 @@ def trace(trace_id: str, pair_id: str | None, variant: str | None, generate: flo
 
 
 @pytest.fixture
-def shadow(tmp_path: Path) -> Iterator[tuple[ShadowDetector, CollectorRegistry]]:
-    registry = CollectorRegistry()
+def shadow(tmp_path: Path) -> Iterator[tuple[ShadowDetector, SidecarRegistry]]:
+    registry = SidecarRegistry()
     config = ShadowConfig(enabled=True, pair_ttl_s=0.5, settle_s=0.5)
     detector = ShadowDetector(config, registry, tmp_path)
     detector.start()
@@ -52,7 +52,7 @@ def shadow(tmp_path: Path) -> Iterator[tuple[ShadowDetector, CollectorRegistry]]
 
 
 def test_pairs_join_with_late_signals_and_export_deltas(
-    shadow: tuple[ShadowDetector, CollectorRegistry],
+    shadow: tuple[ShadowDetector, SidecarRegistry],
 ) -> None:
     """A pair with both twins scored exports latency, faithfulness and exclusion deltas."""
     detector, registry = shadow
@@ -90,7 +90,7 @@ def test_pairs_join_with_late_signals_and_export_deltas(
 
 
 def test_lone_half_times_out_and_is_stored_as_unmatched(
-    shadow: tuple[ShadowDetector, CollectorRegistry],
+    shadow: tuple[ShadowDetector, SidecarRegistry],
 ) -> None:
     """A production half without a twin ends as timed_out, in the metrics and the store."""
     detector, registry = shadow
@@ -107,14 +107,14 @@ def test_lone_half_times_out_and_is_stored_as_unmatched(
 
 def test_text_is_kept_only_with_text_storage(tmp_path: Path) -> None:
     """keep_text (review text storage on) is the only way query and answer reach the store."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     config = ShadowConfig(enabled=True, settle_s=0.0)
     detector = ShadowDetector(config, registry, tmp_path, keep_text=True)
     detector.start()
     detector.observe(trace("a3", "p3", None, 1.0))
     detector.observe(trace("b3", "p3", "shadow", 1.0))
     detector.shutdown()
-    reopened = ShadowDetector(config, CollectorRegistry(), tmp_path)
+    reopened = ShadowDetector(config, SidecarRegistry(), tmp_path)
     reopened.start()
     assert reopened.store is not None
     (stored,) = reopened.store.since(0.0)
@@ -126,7 +126,7 @@ def test_twins_of_a_pair_are_sampled_together() -> None:
     """The sampler hashes the pair id: both twins of a pair are taken, or neither."""
     sampler = Sampler(
         "faithfulness",
-        CollectorRegistry(),
+        SidecarRegistry(),
         sample_rate=0.3,
         always_sample=[],
         max_per_second=1e9,
@@ -143,7 +143,7 @@ def test_filter_exclusion_emits_its_decision_for_each_scored_trace() -> None:
     relevance filter removed; one without gives none."""
     emitted: list[Event] = []
     detector = FilterExclusionDetector(
-        FilterExclusionConfig(), CollectorRegistry(), emit=lambda e: emitted.append(e) or True
+        FilterExclusionConfig(), SidecarRegistry(), emit=lambda e: emitted.append(e) or True
     )
     kept = RagTrace(trace_id="aa", time=datetime.now(UTC), source="otlp", retrieved=("d1",))
     lost = RagTrace(
@@ -164,7 +164,7 @@ class _TimeoutSink:
     """A consumer that records the timeout each submit was given."""
 
     def __init__(self) -> None:
-        self.metrics = PipelineMetrics(CollectorRegistry())
+        self.metrics = PipelineMetrics(SidecarRegistry())
         self.timeouts: list[float | None] = []
 
     def submit(self, item: WorkItem, timeout: float | None = None) -> bool:

@@ -8,13 +8,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from alerts.rules import write_promtool_suite
 from detectors.slices.component import COMPONENT
 from detectors.slices.config import SlicesConfig
 from detectors.slices.detector import SlicesDetector
 from monitor.config import Config, ConfigError, load_config
+from monitor.sidecar_registry import SidecarRegistry
 from monitor.trace import Context, Feedback, RagTrace
 from tests.conftest import sample
 from tests.integration.conftest import binary
@@ -32,8 +32,8 @@ class Clock:
         return self.now
 
 
-def detector(**config: object) -> tuple[SlicesDetector, CollectorRegistry, Clock]:
-    registry, clock = CollectorRegistry(), Clock()
+def detector(**config: object) -> tuple[SlicesDetector, SidecarRegistry, Clock]:
+    registry, clock = SidecarRegistry(), Clock()
     settings = SlicesConfig.model_validate({"intents": INTENTS, **config})
     return SlicesDetector(settings, registry, clock), registry, clock
 
@@ -60,7 +60,7 @@ def trace(
     )
 
 
-def series(registry: CollectorRegistry, name: str) -> dict[tuple[str, ...], float]:
+def series(registry: SidecarRegistry, name: str) -> dict[tuple[str, ...], float]:
     return {
         tuple(s.labels.values()): s.value
         for family in registry.collect()
@@ -71,7 +71,7 @@ def series(registry: CollectorRegistry, name: str) -> dict[tuple[str, ...], floa
 
 def test_no_intents_means_no_series() -> None:
     """With intents empty (the default) the detector exports nothing and counts nothing."""
-    registry = CollectorRegistry()
+    registry = SidecarRegistry()
     slices = SlicesDetector(SlicesConfig(), registry)
     slices.observe(trace())
     slices.observe_event(Feedback("a1", "regenerate"))
