@@ -33,7 +33,7 @@ from alerts.scratch import (
     query_range,
     run_promtool,
 )
-from monitor.durations import parse_duration
+from monitor.contract.durations import parse_duration
 
 WEEK_S = 7 * 86_400
 _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from alerts.field_coverage import COVERAGE
-from monitor.components import load_components
-from monitor.config import Config
-from monitor.durations import parse_duration
+from monitor.contract.components import load_components
+from monitor.contract.config import Config
+from monitor.contract.durations import parse_duration
 
 if TYPE_CHECKING:  # numpy and the rest load only when a backtest runs: --help stays fast
     from alerts.backtest import AlertSummary, Window
-    from monitor.rulekit.simulation import Incident, World
+    from monitor.contract.rulekit.simulation import Incident, World
 
 # The fields the coverage ticket watches: field=~"answer|contexts|..." in its recordings.
 _FIELDS = re.compile(r'field=~"([\w|]+)"')
@@ -34,7 +34,7 @@ def incident_kinds() -> tuple[str, ...]:
 
 def parse_incident(spec: str) -> Incident:
     """``--incident``'s value, of the kinds the registered detectors and the core react to."""
-    from monitor.rulekit.simulation import Incident
+    from monitor.contract.rulekit.simulation import Incident
 
     return Incident.parse(spec, incident_kinds())
 
@@ -143,7 +143,7 @@ def simulated_world(args: argparse.Namespace, config: Config, warm_up: float) ->
     """The world of the command line; each detector simulates its series as ``config``
     configures it."""
     from alerts.scratch import BacktestError
-    from monitor.rulekit.simulation import World
+    from monitor.contract.rulekit.simulation import World
 
     duration_s = warm_up + parse_duration(args.evaluate)
     incidents = [parse_incident(spec) for spec in args.incident]

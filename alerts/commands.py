@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from monitor.components import Command
+from monitor.contract.components import Command
 
 if TYPE_CHECKING:
-    from monitor.config import Config
+    from monitor.contract.config import Config
 
 
 def _rules_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,7 +103,7 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _report(args: argparse.Namespace, config: Config) -> int:
     from alerts.guardrail_report import summary, write_report
-    from monitor.extras import require_extra
+    from monitor.contract.extras import require_extra
 
     try:
         require_extra("report", "drawing the report's figures")

@@ -1,6 +1,6 @@
 """The Grafana dashboard, assembled in code from the components' rows.
 
-Each registered detector component (``monitor.components``) contributes its rows,
+Each registered detector component (``monitor.contract.components``) contributes its rows,
 built from its own config section and ``guardrails`` (one row per guardrail);
 the sidecar's own health row (``alerts.health``) comes last. Guardrail
 thresholds are drawn as constant series so that a panel shows the line it is
@@ -22,11 +22,11 @@ from typing import Any
 from alerts import field_coverage, health
 from alerts.guardrail_row import guardrail_row
 from alerts.rules import build_rules
-from monitor.components import DetectorComponent, load_collectors, load_components
-from monitor.config import Config, collector_section, detector_section
-from monitor.names import RELEASE_FIRST_SEEN, REQUESTS_TOTAL
-from monitor.rulekit.fragments import Annotation, Panel, Row
-from monitor.rulekit.promql import JOB, PRODUCTION_VARIANT
+from monitor.contract.components import DetectorComponent, load_collectors, load_components
+from monitor.contract.config import Config, collector_section, detector_section
+from monitor.contract.names import RELEASE_FIRST_SEEN, REQUESTS_TOTAL
+from monitor.contract.rulekit.fragments import Annotation, Panel, Row
+from monitor.contract.rulekit.promql import JOB, PRODUCTION_VARIANT
 
 UID = "rag-monitor"
 SCHEMA_VERSION = 39

@@ -5,7 +5,7 @@ requests lack makes that detector count them as missing instead of judging them:
 guardrail goes quiet on exactly the traffic an unknown instrumentation sends. So each
 such field has a ticket, ``RagTraceFieldMissing``, per field and instrumentation, on the
 lower Wilson bound of the missing share over ``guardrails.coverage_window`` (its z from
-the ticket budget, ``monitor.rulekit.evidence``) and on at least ``guardrails.min_events``
+the ticket budget, ``monitor.contract.rulekit.evidence``) and on at least ``guardrails.min_events``
 requests: a handful of odd traces do not fire it, an instrumentation that never fills the
 field does within the window.
 """
@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from monitor.components import DetectorComponent
-from monitor.config import Config, detector_section
-from monitor.coverage import REQUEST
-from monitor.guardrails import GuardrailsConfig
-from monitor.names import (
+from monitor.contract.components import DetectorComponent
+from monitor.contract.config import Config, detector_section
+from monitor.contract.field_presence import REQUEST
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.names import (
     DERIVED_DOCUMENT_IDS_TOTAL,
     FIELDS_TOTAL,
     MISSING_INPUTS_TOTAL,
@@ -31,9 +31,15 @@ from monitor.names import (
     missing_ratio,
     requests_count,
 )
-from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
-from monitor.rulekit.fragments import Panel, Row, RuleFragment
-from monitor.rulekit.promql import (
+from monitor.contract.rulekit.evidence import (
+    BoundedShare,
+    confidence,
+    derivation,
+    hold_for,
+    window_z,
+)
+from monitor.contract.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.contract.rulekit.promql import (
     JOB,
     alert,
     panel_quantile,

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from alerts.guardrail_series import Guardrail, SliceRecording
-from monitor.rulekit.prediction_powered import Estimate
+from monitor.contract.rulekit.prediction_powered import Estimate
 
 # Points a plotted series has over the period (Prometheus allows 11,000 a query).
 POINTS = 1_000

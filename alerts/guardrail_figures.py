@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from alerts.guardrail_data import GuardrailPlot, GuardrailReport
-from monitor.figures import png_bytes, pyplot
+from monitor.contract.figures import png_bytes, pyplot
 
 _MARKER_COLOURS = {"release": "purple", "judge": "tab:brown", "embedding model": "tab:cyan"}
 

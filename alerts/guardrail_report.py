@@ -47,9 +47,9 @@ from alerts.guardrail_series import (
     slice_recordings,
 )
 from alerts.rules import build_rules
-from monitor.config import Config
-from monitor.durations import parse_duration
-from monitor.names import (
+from monitor.contract.config import Config
+from monitor.contract.durations import parse_duration
+from monitor.contract.names import (
     COVERAGE_REQUESTS_TOTAL,
     FIELDS_TOTAL,
     JUDGE_INFO,
@@ -61,8 +61,8 @@ from monitor.names import (
     SAMPLED_TOTAL,
     VERDICTS_TOTAL,
 )
-from monitor.prometheus_query import query_prometheus, query_prometheus_range
-from monitor.rulekit.prediction_powered import (
+from monitor.contract.prometheus_query import query_prometheus, query_prometheus_range
+from monitor.contract.rulekit.prediction_powered import (
     Estimate,
     ReviewedPairs,
     effective_reviews,

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from alerts.guardrail_series import Guardrail, guardrails, runbooks, slice_recordings
-from monitor.components import DetectorComponent
-from monitor.config import Config
-from monitor.rulekit.fragments import Panel, Row
-from monitor.rulekit.promql import JOB
+from monitor.contract.components import DetectorComponent
+from monitor.contract.config import Config
+from monitor.contract.rulekit.fragments import Panel, Row
+from monitor.contract.rulekit.promql import JOB
 
 TITLE = "Guardrails now"
 ALERTS_TITLE = "Firing alerts"

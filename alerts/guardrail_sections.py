@@ -17,8 +17,8 @@ from alerts.guardrail_data import (
     ReviewLine,
 )
 from alerts.guardrail_figures import coverage_png, plot_png, when
-from monitor.figures import png_img
-from monitor.report_tables import markdown_text
+from monitor.contract.figures import png_img
+from monitor.contract.report_tables import markdown_text
 
 
 def _stamp(epoch: float) -> str:

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from alerts.rules import build_rules
-from monitor.components import DetectorComponent, load_components
-from monitor.config import Config, detector_section
-from monitor.durations import parse_duration
-from monitor.names import P_VALUE, REQUEST_COST_USD
+from monitor.contract.components import DetectorComponent, load_components
+from monitor.contract.config import Config, detector_section
+from monitor.contract.durations import parse_duration
+from monitor.contract.names import P_VALUE, REQUEST_COST_USD
 
 BAND_Z = 1.645  # the corrected share's two-sided 90% band, as on the dashboard
 

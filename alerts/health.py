@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from monitor.guardrails import GuardrailsConfig
-from monitor.names import (
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.names import (
     KAFKA_LAG_RECORDS,
     QUEUE_DEPTH,
     RECORDS_TOTAL,
@@ -17,8 +17,8 @@ from monitor.names import (
     STATE_MAX_BYTES,
     WORKER_UP,
 )
-from monitor.rulekit.fragments import Panel, Row, RuleFragment
-from monitor.rulekit.promql import JOB, alert, panel_rate, sum_increase
+from monitor.contract.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.contract.rulekit.promql import JOB, alert, panel_rate, sum_increase
 
 PROMTOOL_TESTS = [Path(__file__).parent / "tests" / "monitor_test.yaml"]
 
@@ -73,7 +73,7 @@ def rules(guardrails: GuardrailsConfig) -> RuleFragment:
         alert(
             guardrails,
             "RagMonitorWorkerDown",
-            f"{WORKER_UP} == 0",  # exported by monitor.worker's Supervisor
+            f"{WORKER_UP} == 0",  # exported by monitor.contract.worker's Supervisor
             severity="page",
             suspected_cause=False,
             summary="rag-monitor worker {{ $labels.worker }} died or stalled ({{ $labels.job }})",
@@ -93,7 +93,7 @@ def _bound_alerts(guardrails: GuardrailsConfig) -> list[dict[str, Any]]:
         alert(
             guardrails,
             "RagMonitorStateNearFull",
-            # exported by monitor.state: bytes per file of state_dir, and the budget
+            # exported by monitor.contract.state: bytes per file of state_dir, and the budget
             f"sum by (job, instance) ({STATE_BYTES})\n> on (job, instance)\n"
             f"0.9 * max by (job, instance) ({STATE_MAX_BYTES})",
             severity="ticket",

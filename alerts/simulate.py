@@ -2,7 +2,7 @@
 sidecar would export, minute by minute, for a service with known true rates.
 
 The world itself (diurnal traffic, incidents, the seeded generator) is the core's
-(``monitor.rulekit.simulation``); each registered detector adds its own series through
+(``monitor.contract.rulekit.simulation``); each registered detector adds its own series through
 its component's ``simulate`` and names the incident kinds it reacts to. What is left here
 is the core's own: the requests (``rag_requests_total``) and field coverage. 0.01 of the
 requests lack each field the coverage ticket watches (questions nothing was retrieved
@@ -19,12 +19,12 @@ import numpy as np
 
 from alerts.field_coverage import COVERAGE
 from alerts.scratch import write_openmetrics_series
-from monitor.components import load_components
-from monitor.config import Config, detector_section, shared_values
-from monitor.coverage import DEFAULT_INSTRUMENTATIONS
-from monitor.names import FIELDS_TOTAL, REQUESTS_TOTAL
-from monitor.rulekit.simulation import Samples, SimulatedWorld, World
-from monitor.shared import SLICER
+from monitor.contract.components import load_components
+from monitor.contract.config import Config, detector_section, shared_values
+from monitor.contract.field_presence import DEFAULT_INSTRUMENTATIONS
+from monitor.contract.names import FIELDS_TOTAL, REQUESTS_TOTAL
+from monitor.contract.rulekit.simulation import Samples, SimulatedWorld, World
+from monitor.contract.shared import SLICER
 
 FIELD_MISSING = 0.01  # the share of requests without each watched field
 # The instrumentation scope of the simulated requests.

@@ -1,6 +1,6 @@
 """Metric names the collectors declare themselves, spelled once. Counters are spelled with
 ``_total``, as PromQL reads them. The Kafka lag gauge is declared by the Kafka collector
-but named in ``monitor/names.py``: the dashboard's health row reads it."""
+but named in ``monitor/contract/names.py``: the dashboard's health row reads it."""
 
 from __future__ import annotations
 

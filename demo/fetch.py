@@ -3,7 +3,7 @@
 The README's first command ends in ``rag-monitor demo`` on a machine that has never
 seen the HHEM model. Rather than run without the faithfulness guardrail, the demo
 fetches what ``rag-monitor models fetch`` would, through the same code
-(``monitor.models.download``), into the Hugging Face cache: the hub client's progress
+(``monitor.runtime.models.download``), into the Hugging Face cache: the hub client's progress
 bars and one line saying where the models went appear on stderr before the board takes
 over the terminal. Where the hub does not answer, or ``HF_HUB_OFFLINE`` is set, one line
 says so and how to fetch the models later, and the demo runs on without those detectors.
@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from monitor.components import ModelNeed
-from monitor.config import Config
+from monitor.contract.components import ModelNeed
+from monitor.contract.config import Config
 
 FETCH_HOW = (
     "run `rag-monitor models fetch` (with the demo's --config, if any) on a machine that "
@@ -29,7 +29,7 @@ def fetch_missing_models(config: Config, err: TextIO | None = None) -> bool:
     machine lacks, when the hub answers; say in one line per detector where they went, or
     in one line why nothing was fetched. False when the user interrupted the fetch (the
     demo then stops), True to go on, with the models or without."""
-    from monitor.models import FetchError, hub_unreachable, missing_needs
+    from monitor.runtime.models import FetchError, hub_unreachable, missing_needs
 
     err = err or sys.stderr
     try:
@@ -57,7 +57,7 @@ def _fetch(detector: str, needs: Sequence[ModelNeed], err: TextIO) -> None:
     is one line, and the demo runs on without that detector."""
     from huggingface_hub import constants
 
-    from monitor.models import FetchError, download
+    from monitor.runtime.models import FetchError, download
 
     print(f"fetching the models detectors.{detector} reads: {_repos(needs)}", file=err, flush=True)
     try:

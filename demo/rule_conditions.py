@@ -7,7 +7,7 @@ alert expression is alternatives joined by ``or``, each clauses joined by ``and 
 (...)``, each clause ``TERM`` or ``TERM OP NUMBER``; a TERM is a recorded series (its
 rule a ratio of two rates, optionally ``1 - (...)``, a ``histogram_quantile`` of a
 rate, an increase, or the Wilson bound of a recorded share and count,
-``monitor.rulekit.evidence.wilson_bound``), a raw gauge, or ``sum by (...)
+``monitor.contract.rulekit.evidence.wilson_bound``), a raw gauge, or ``sum by (...)
 (increase(COUNTER[window]))``. A pass share's switch to its review-corrected bound
 reads as the judge's own bound (the demo has no reviewers); a recording kept to the
 judges that run reads as the recording inside. A record may have several
@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from monitor.rulekit.evidence import Side
+from monitor.contract.rulekit.evidence import Side
 
 _SELECTOR = re.compile(r"(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>[^}]*)\})?")
 _MATCHER = re.compile(r'(\w+)="([^"]*)"')
@@ -31,7 +31,7 @@ _CLAUSE = re.compile(r"(?P<term>.+?)(?: (?P<op>[<>!=]=?) (?P<threshold>[-+.\deE]
 _QUANTILE = re.compile(rf"histogram_quantile\((?P<q>[\d.]+), {_SUM_OF}\)")
 _RATIO = re.compile(rf"{_SUM_OF}\n/\n\({_SUM_OF.replace('?P<', '?P<d_')} > 0\)")
 _AND = re.compile(r"\nand on \([^)]*\)\n")
-# A recording kept to the series that run now (``monitor.rulekit.evidence.kept_to``): one
+# A recording kept to the series that run now (``monitor.contract.rulekit.evidence.kept_to``): one
 # process runs one judge, so the demo reads the recording inside.
 _KEPT_TO = re.compile(
     r"\(\n(?P<body>.*)\n\)\nand on \([^)]*\)\ngroup by \([^)]*\) \([\w:]+\)", re.DOTALL
@@ -43,7 +43,7 @@ _WILSON = re.compile(
     rf"\* sqrt\(.*\)\n\)\n/\n\(1 \+ {_NUMBER} / \S+\)"
 )
 
-# The page test of a corrected pass share (``monitor.rulekit.corrected_rules``): the
+# The page test of a corrected pass share (``monitor.contract.rulekit.corrected_rules``): the
 # corrected bound once enough random reviews, or the judge's own. The demo has no
 # reviewers, so the judge's own bound decides here.
 _SWITCH = re.compile(

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from demo.rule_conditions import Condition, Labels, Selector, Term, conditions
-from monitor.rulekit.evidence import wilson
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.rulekit.evidence import wilson
+from monitor.contract.sidecar_registry import SidecarRegistry
 
 OK = "ok"
 BREACH = "BREACH"

@@ -41,7 +41,7 @@ from demo.service import (
     probe_and_gold,
 )
 from demo.view import WINDOW_SHARE, Links, LiveView, Snapshot, as_json
-from monitor.config import Config
+from monitor.contract.config import Config
 
 log = structlog.get_logger("rag_monitor.demo")
 
@@ -112,7 +112,7 @@ def with_demo_settings(config: Config, cycle_s: float = DEFAULT_CYCLE_S) -> Conf
 def warn_missing_models(config: Config) -> list[str]:
     """Log, per model a detector needs and this machine lacks, the command that fetches it;
     returns them as "detector needs model"."""
-    from monitor.components import load_components
+    from monitor.contract.components import load_components
 
     missing = []
     for component in load_components():
@@ -160,7 +160,7 @@ def _serve(
 ) -> str | None:
     """Run the demo; the reason it could not start, if it could not."""
     from alerts.rules import build_rules
-    from monitor.sidecar import Sidecar
+    from monitor.runtime.sidecar import Sidecar
 
     missing = warn_missing_models(config)
     try:

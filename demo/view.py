@@ -19,9 +19,9 @@ from typing import Any
 from demo.rule_conditions import Condition
 from demo.rule_evaluation import BREACH, NOT_HERE, Looks, Reading, RuleEvaluator
 from demo.service import SERVICE, TIMELINE, Incident, SyntheticRagService, release_start
-from monitor.names import REQUESTS_TOTAL
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.variants import PRODUCTION
+from monitor.contract.names import REQUESTS_TOTAL
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.variants import PRODUCTION
 
 WINDOW_SHARE = 0.1  # of the cycle; the shortest incident lasts 0.15 of it
 TREND_POINTS = 20  # the trend column: the guardrail's value at the last refreshes

@@ -1,5 +1,5 @@
 import sys
 
-from monitor.cli import main
+from monitor.runtime.cli import main
 
 sys.exit(main())

@@ -29,10 +29,10 @@ from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor.config import Config
-from monitor.detector import Detector
-from monitor.sidecar import Sidecar
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.config import Config
+from monitor.contract.detector import Detector
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.runtime.sidecar import Sidecar
 from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for
 
 REPO = Path(__file__).resolve().parent.parent

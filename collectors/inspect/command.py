@@ -26,12 +26,12 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from monitor.components import Command
+from monitor.contract.components import Command
 
 if TYPE_CHECKING:  # imported when used: ``rag-monitor --help`` loads this module
     from collectors.otlp.decode import DecodedSpans
     from collectors.spans.span import Span
-    from monitor.config import Config
+    from monitor.contract.config import Config
 
 USAGE_ERROR = 2
 NOTHING_READ = 1
@@ -130,15 +130,15 @@ class _Received:
     """The consumer behind the receiver: keeps the spans of every export."""
 
     def __init__(self) -> None:
-        from monitor.pipeline_metrics import PipelineMetrics
-        from monitor.sidecar_registry import SidecarRegistry
+        from monitor.contract.pipeline_metrics import PipelineMetrics
+        from monitor.contract.sidecar_registry import SidecarRegistry
 
         self.metrics = PipelineMetrics(SidecarRegistry())
         self.spans: list[Span] = []
         self._lock = threading.Lock()
 
     def submit(self, item: Any, timeout: float | None = None) -> bool:
-        from monitor.intake import SpanBatch
+        from monitor.contract.work_items import SpanBatch
 
         if isinstance(item, SpanBatch):
             with self._lock:
@@ -150,7 +150,7 @@ def receive_otlp(config: Config, port: int, seconds: float, out: IO[str]) -> lis
     """Spans exported to an OTLP/HTTP receiver on ``port`` (the sidecar's own, with the
     ``collectors.otlp`` settings) within ``seconds``; Ctrl-C ends the wait early."""
     from collectors.otlp.http import OtlpHttpReceiver
-    from monitor.components import write_token
+    from monitor.contract.components import write_token
 
     otlp = config.collectors.otlp
     settings = otlp.model_copy(update={"http": otlp.http.model_copy(update={"port": port})})

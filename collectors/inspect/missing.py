@@ -17,7 +17,7 @@ from collectors.spans.config import MappingConfig
 from collectors.spans.kinds import STAGE_OF_KIND
 from collectors.spans.span import Span
 from collectors.spans.tools import tool_name
-from monitor.trace import RagTrace
+from monitor.contract.trace import RagTrace
 
 KIND_OF_STAGE = {stage: kind for kind, stage in STAGE_OF_KIND.items()}
 
@@ -79,7 +79,7 @@ class Mapped:
 
 
 class MissingReasons:
-    """Why a field the coverage counts (``monitor.coverage.PRESENT``) is missing."""
+    """Why a field the coverage counts (``monitor.contract.field_presence.PRESENT``) is missing."""
 
     def __init__(self, mapped: Mapped) -> None:
         self._trace = mapped.trace

@@ -28,8 +28,8 @@ from collectors.spans.openinference import TraceMapper
 from collectors.spans.span import Span
 from collectors.spans.stages import judged_spans
 from collectors.spans.tools import RetrievalTools
-from monitor.coverage import PRESENT, REQUEST
-from monitor.trace import Context, RagTrace, Usage
+from monitor.contract.field_presence import PRESENT, REQUEST
+from monitor.contract.trace import Context, RagTrace, Usage
 
 MAX_ORIGINS = 10  # places named per value; a report says how many more hold it
 

@@ -33,8 +33,8 @@ from collectors.spans.openinference import TraceMapper
 from collectors.spans.span import Span
 from collectors.spans.text import io_value
 from collectors.spans.tree import depths
-from monitor.coverage import PRESENT, stage_field
-from monitor.trace import RagTrace
+from monitor.contract.field_presence import PRESENT, stage_field
+from monitor.contract.trace import RagTrace
 
 _TEXT_KEYS = frozenset(TEXT_KEYS)
 # Words of an attribute that names what a retrieval returned: proposed before the others.

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from monitor.variants import LABEL_VALUE
+from monitor.contract.variants import LABEL_VALUE
 
 TEXT_LIMIT = 160  # characters of a text shown in the terminal
 CONTEXTS_SHOWN = 10

@@ -42,10 +42,10 @@ from collectors.kafka.group import consumer_settings, in_group
 from collectors.kafka.offsets import OffsetTracker
 from collectors.kafka.records import decode_logs_record, decode_trace_record
 from collectors.otlp import export_decoding
-from monitor.events import parse_feedback, parse_labels
-from monitor.intake import Consumer, Ticket, WorkItem
-from monitor.names import KAFKA_LAG_RECORDS
-from monitor.worker import Worker
+from monitor.contract.events import parse_feedback, parse_labels
+from monitor.contract.names import KAFKA_LAG_RECORDS
+from monitor.contract.work_items import Consumer, Ticket, WorkItem
+from monitor.contract.worker import Worker
 
 log = structlog.get_logger("rag_monitor.kafka")
 

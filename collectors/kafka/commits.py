@@ -26,7 +26,7 @@ from prometheus_client import Counter
 from collectors.kafka.group import coordinator_known
 from collectors.kafka.offsets import OffsetTracker
 from collectors.names import KAFKA_COMMIT_FAILURES_TOTAL, KAFKA_HANDED_BACK_RECORDS_TOTAL
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.sidecar_registry import SidecarRegistry
 
 log = structlog.get_logger("rag_monitor.kafka")
 

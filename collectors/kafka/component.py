@@ -5,7 +5,7 @@ kafka-python is imported only when the component builds (it is slow to import)."
 from __future__ import annotations
 
 from collectors.kafka.config import KafkaConfig
-from monitor.components import CollectorComponent, CollectorContext, Receiver
+from monitor.contract.components import CollectorComponent, CollectorContext, Receiver
 
 
 def _kafka(kafka: KafkaConfig, context: CollectorContext) -> Receiver | None:

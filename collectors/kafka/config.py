@@ -1,7 +1,7 @@
 """``collectors.kafka``: the Kafka collector's configuration.
 
 The brokers, security settings and consumer tuning are the core's
-``KafkaConnection`` (``monitor/kafka_connection.py``): the review, shadow and
+``KafkaConnection`` (``monitor/contract/kafka_connection.py``): the review, shadow and
 remote-judging topics connect with them too. What only the collector reads (its
 topics, payload format, group, dead letters and commit cadence) is declared here.
 """
@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from monitor.kafka_connection import KafkaConnection
-from monitor.section import Section
+from monitor.contract.kafka_connection import KafkaConnection
+from monitor.contract.section import Section
 
 
 class KafkaTopics(Section):

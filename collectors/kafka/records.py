@@ -1,6 +1,6 @@
 """The Kafka collector's record formats: a trace record is OTLP (protobuf or JSON, told
 apart per record with ``auto``) or JSON ``rag-trace/1``; a logs record is an OTLP logs
-export (labels and feedback: ``monitor/events.py``). OTLP records go through the intake
+export (labels and feedback: ``monitor/contract/events.py``). OTLP records go through the intake
 step the receivers share (``collectors/otlp/export_decoding.py``).
 
 Parsed with pydantic (a ``rag-trace/1`` record through a ``TypeAdapter`` over
@@ -24,10 +24,10 @@ from pydantic_core import ErrorDetails
 
 from collectors.kafka.config import PayloadFormat
 from collectors.otlp import export_decoding
-from monitor.events import InvalidRecord, Record, load_json, validation_reason
-from monitor.intake import Events, WholeTrace, WorkItem
-from monitor.pipeline_metrics import PipelineMetrics
-from monitor.trace import RagTrace, Source
+from monitor.contract.events import InvalidRecord, Record, load_json, validation_reason
+from monitor.contract.pipeline_metrics import PipelineMetrics
+from monitor.contract.trace import RagTrace, Source
+from monitor.contract.work_items import Events, WholeTrace, WorkItem
 
 # Set by the collector, not by the record: a record's own value is ignored.
 _NOT_FROM_RECORDS = frozenset({"source", "root_span_id"})
@@ -87,7 +87,7 @@ class _RagTraceRecord(Record):
     schema_: Literal["rag-trace/1"] = Field(alias="schema")
 
 
-def _errors(validate: Callable[[Any], object], value: Any) -> list[ErrorDetails]:
+def _errors(validate: Callable[[object], object], value: Any) -> list[ErrorDetails]:
     try:
         validate(value)
     except ValidationError as exc:

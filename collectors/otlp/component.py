@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from collectors.otlp.config import OtlpConfig
-from monitor.components import CollectorComponent, CollectorContext, Receiver
+from monitor.contract.components import CollectorComponent, CollectorContext, Receiver
 
 # A request already in a handler when the stop begins gets this long to be answered:
 # its submit waits 2 s at most, and the stop must fit the 30 s Kubernetes grace period.

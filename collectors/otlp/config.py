@@ -1,6 +1,6 @@
 """``collectors.otlp``: the OTLP/HTTP and OTLP/gRPC receivers' ports and bounds.
 
-The HTTP listener's settings are the core's (``monitor.config.HttpListener``): the
+The HTTP listener's settings are the core's (``monitor.contract.service_config.HttpListener``): the
 review page serves with the same bounds. The bearer token both receivers require
 is ``service.auth_token_env``, shared with every write endpoint of the sidecar.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from monitor.config import HttpListener, Listener
-from monitor.section import Section
+from monitor.contract.section import Section
+from monitor.contract.service_config import HttpListener, Listener
 
 
 class GrpcListener(Listener):

@@ -22,10 +22,10 @@ from google.protobuf.message import Message
 
 from collectors.otlp.decode import DecodedSpans, PayloadError, decode_otlp_json, decode_otlp_proto
 from collectors.otlp.logs import DecodedLogs, decode_logs_json, decode_logs_proto
-from monitor.events import InvalidRecord
-from monitor.intake import Consumer, Events, SpanBatch
-from monitor.pipeline_metrics import Origin, PipelineMetrics
-from monitor.trace import Event, Source
+from monitor.contract.events import InvalidRecord
+from monitor.contract.pipeline_metrics import Origin, PipelineMetrics
+from monitor.contract.trace import Event, Source
+from monitor.contract.work_items import Consumer, Events, SpanBatch
 
 
 class Refusal(Exception):

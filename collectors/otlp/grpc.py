@@ -8,7 +8,7 @@ pipeline queue stays full (retryable), UNAUTHENTICATED without the bearer
 token, RESOURCE_EXHAUSTED over ``max_request_bytes`` (from grpc itself) and,
 with RetryInfo so that exporters retry, when the bytes in flight are over
 ``max_inflight_bytes`` (the budget shared with the OTLP/HTTP receiver,
-``monitor/http/inflight.py``).
+``monitor/contract/inflight.py``).
 
 The servicer takes the message as bytes (no deserializer in grpc): it reserves
 them in the budget before parsing, so a refused message costs no parse. grpc
@@ -29,9 +29,9 @@ from google.rpc.status_pb2 import Status
 
 from collectors.otlp import export_decoding
 from collectors.otlp.config import OtlpConfig
-from monitor.http.inflight import OTLP_DECODE_FACTOR, ByteBudget
-from monitor.http.limits import refused_counter
-from monitor.intake import Consumer, Events, SpanBatch
+from monitor.contract.http.limits import refused_counter
+from monitor.contract.inflight import OTLP_DECODE_FACTOR, ByteBudget
+from monitor.contract.work_items import Consumer, Events, SpanBatch
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"

@@ -8,8 +8,8 @@ refused), 400 with a ``google.rpc.Status`` for an undecodable body, 413 over
 503 with ``Retry-After`` when the pipeline queue stays full or the bytes in
 flight are over ``max_inflight_bytes`` (and, with ``Connection: close``, once
 the sidecar is stopping), 401 without the bearer token once one is set. The
-transport and its bounds are ``monitor/http/service.py``'s; the byte budget is
-shared with the gRPC receiver (``monitor/http/inflight.py``).
+transport and its bounds are ``monitor/contract/http/service.py``'s; the byte budget is
+shared with the gRPC receiver (``monitor/contract/inflight.py``).
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from google.rpc.status_pb2 import Status
 
 from collectors.otlp import export_decoding
 from collectors.otlp.config import OtlpConfig
-from monitor.events import parse_feedback, parse_labels
-from monitor.http.inflight import OTLP_DECODE_FACTOR
-from monitor.http.limits import HttpLimits
-from monitor.http.service import HttpService
-from monitor.http.wire import Request, Response
-from monitor.intake import Consumer, Events, SpanBatch
-from monitor.trace import Event
+from monitor.contract.events import parse_feedback, parse_labels
+from monitor.contract.http.limits import HttpLimits
+from monitor.contract.http.service import HttpService
+from monitor.contract.http.wire import Request, Response
+from monitor.contract.inflight import OTLP_DECODE_FACTOR
+from monitor.contract.trace import Event
+from monitor.contract.work_items import Consumer, Events, SpanBatch
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"

@@ -35,8 +35,8 @@ from collectors.otlp.decode import (
     parse_proto,
 )
 from collectors.spans.evaluations import EVALUATION_EVENT, genai_result
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import EvaluationResult
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import EvaluationResult
 
 
 def log_records_counter(registry: SidecarRegistry) -> Counter:

@@ -38,8 +38,8 @@ from collectors.spans.config import AssemblyConfig, MappingConfig
 from collectors.spans.evaluations import MAX_RESULTS, evaluation_results
 from collectors.spans.openinference import TraceMapper
 from collectors.spans.span import Span
-from monitor.intake import Added, EmittedTrace, Ticket
-from monitor.trace import EvaluationResult, Event, RagTrace, Source
+from monitor.contract.trace import EvaluationResult, Event, RagTrace, Source
+from monitor.contract.work_items import Added, EmittedTrace, Ticket
 
 log = structlog.get_logger("rag_monitor.assembly")
 

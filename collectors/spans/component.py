@@ -5,8 +5,8 @@ traces. The assembly module is imported only when the component builds."""
 from __future__ import annotations
 
 from collectors.spans.config import SpansConfig
-from monitor.components import CollectorComponent
-from monitor.intake import TraceAssembly
+from monitor.contract.components import CollectorComponent
+from monitor.contract.work_items import TraceAssembly
 
 
 def _span_assembly(config: SpansConfig) -> TraceAssembly:

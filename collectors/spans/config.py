@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from monitor.section import Patterns, Section, all_compile
+from monitor.contract.section import Patterns, Section, all_compile
 
 
 class AssemblyConfig(Section):

@@ -29,7 +29,7 @@ from typing import Any
 from collectors.spans.kinds import span_kind
 from collectors.spans.span import Span
 from collectors.spans.text import io_value, number
-from monitor.trace import EvaluationResult
+from monitor.contract.trace import EvaluationResult
 
 EVALUATION_EVENT = "gen_ai.evaluation.result"
 EXCEPTION_EVENT = "exception"  # OpenTelemetry's event for a recorded exception

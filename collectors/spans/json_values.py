@@ -23,7 +23,7 @@ from collectors.spans.text import (
     text,
 )
 from collectors.spans.usage import provider
-from monitor.trace import MAX_DOCUMENTS, Usage
+from monitor.contract.trace import MAX_DOCUMENTS, Usage
 
 Pointer = tuple[str, ...]
 

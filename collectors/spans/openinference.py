@@ -54,7 +54,7 @@ from collectors.spans.text import (
 from collectors.spans.tools import RetrievalTools
 from collectors.spans.tree import depths
 from collectors.spans.usage import calls_counted_once, llm_usage
-from monitor.trace import (
+from monitor.contract.trace import (
     MAX_DOCUMENTS,
     MAX_RELEASE_ATTRIBUTE_LENGTH,
     Context,

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from monitor.trace import MAX_DOCUMENTS
+from monitor.contract.trace import MAX_DOCUMENTS
 
 
 class FiniteFloats(list[float]):
@@ -69,14 +69,14 @@ _MAX_KEPT_NAMES = 4096
 DOCUMENT_KEYS = _DocumentKeys()
 
 
-@dataclass(slots=True, unsafe_hash=True)  # per request: see monitor/trace.py
+@dataclass(slots=True, unsafe_hash=True)  # per request: see monitor/contract/trace.py
 class SpanEvent:
     name: str
     time_ns: int
     attributes: Mapping[str, Any]
 
 
-@dataclass(slots=True, unsafe_hash=True)  # per request: see monitor/trace.py
+@dataclass(slots=True, unsafe_hash=True)  # per request: see monitor/contract/trace.py
 class Span:
     """One decoded span: read-only, as the trace it becomes."""
 

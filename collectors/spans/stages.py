@@ -18,7 +18,7 @@ from collectors.spans.text import count, number, text
 from collectors.spans.tools import RetrievalTools, tool_call
 from collectors.spans.tree import nearest_marked_ancestors
 from collectors.spans.usage import embedding_usage, provider
-from monitor.trace import MAX_TOOL_CALLS, ToolCall, Usage
+from monitor.contract.trace import MAX_TOOL_CALLS, ToolCall, Usage
 
 QUERY_VECTOR = "embedding.embeddings.0.embedding.vector"
 QUERY_TEXT = "embedding.embeddings.0.embedding.text"

@@ -25,7 +25,7 @@ from typing import Any
 from collectors.spans.documents import TEXT_KEYS, json_documents
 from collectors.spans.span import Span
 from collectors.spans.text import decoded, text, usable_text
-from monitor.trace import MAX_ID_LENGTH, ToolCall
+from monitor.contract.trace import MAX_ID_LENGTH, ToolCall
 
 # Where each convention puts a tool call's result, and its tool's name.
 RESULT_ATTRIBUTES = ("gen_ai.tool.call.result", "output.value", "traceloop.entity.output")

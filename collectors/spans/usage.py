@@ -8,7 +8,7 @@ from typing import Any
 from collectors.spans.span import Span
 from collectors.spans.text import count, text
 from collectors.spans.tree import nearest_marked_ancestors
-from monitor.trace import Usage
+from monitor.contract.trace import Usage
 
 
 def calls_counted_once(generations: Sequence[Span], spans: Sequence[Span]) -> Sequence[Span]:

@@ -13,9 +13,9 @@ from detectors.cost.names import (
     REQUEST_COST_USD,
     cost_per_query,
 )
-from monitor.guardrails import GuardrailsConfig
-from monitor.rulekit.fragments import Panel, Row, RuleFragment
-from monitor.rulekit.promql import (
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.contract.rulekit.promql import (
     alert,
     enough,
     panel_rate,

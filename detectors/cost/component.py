@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from detectors.cost import alerting
 from detectors.cost.config import CostConfig
-from monitor.components import BuildContext, DetectorComponent
-from monitor.detector import Detector
-from monitor.guardrails import GuardrailsConfig
-from monitor.shared import SLICER
+from monitor.contract.components import BuildContext, DetectorComponent
+from monitor.contract.detector import Detector
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.shared import SLICER
 
 
 def _build(config: CostConfig, context: BuildContext) -> Detector:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from monitor.section import Section
+from monitor.contract.section import Section
 
 
 class ModelPrice(Section):

@@ -29,13 +29,13 @@ from detectors.cost.names import (
     COST_USD_TOTAL,
     REQUEST_COST_USD,
 )
-from monitor.detector import InlineDetector
-from monitor.missing import MissingInputs
-from monitor.names import SLICE_COST_REQUESTS_TOTAL, SLICE_COST_USD_TOTAL
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.slicing import SliceCounter, Slicer
-from monitor.trace import RagTrace, Usage
-from monitor.variants import PRODUCTION, ByVariant, variant_of
+from monitor.contract.detector import InlineDetector
+from monitor.contract.missing import MissingInputs
+from monitor.contract.names import SLICE_COST_REQUESTS_TOTAL, SLICE_COST_USD_TOTAL
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.slicing import SliceCounter, Slicer
+from monitor.contract.trace import RagTrace, Usage
+from monitor.contract.variants import PRODUCTION, ByVariant, variant_of
 
 # $0.0001 to $1 per request, about three buckets per decade.
 COST_BUCKETS = (

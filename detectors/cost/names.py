@@ -3,9 +3,9 @@ its rules and its panels share."""
 
 from __future__ import annotations
 
-# The cost histogram is spelled by the core (monitor/names.py): the guardrail report
+# The cost histogram is spelled by the core (monitor/contract/names.py): the guardrail report
 # reads its count too.
-from monitor import names as core
+from monitor.contract import names as core
 
 REQUEST_COST_USD = core.REQUEST_COST_USD
 

@@ -22,9 +22,9 @@ from detectors.drift.names import (
     REPRESENTATION_INFO,
     REPRESENTATION_SHARE,
 )
-from monitor.guardrails import GuardrailsConfig
-from monitor.rulekit.fragments import Annotation, Panel, Row, RuleFragment
-from monitor.rulekit.promql import JOB, alert
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.rulekit.fragments import Annotation, Panel, Row, RuleFragment
+from monitor.contract.rulekit.promql import JOB, alert
 
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]
 CHANGE_WINDOW = "1h"  # the ticket stays open this long after the last change

@@ -7,10 +7,10 @@ from pathlib import Path
 from detectors.drift import alerting
 from detectors.drift.commands import COMMANDS
 from detectors.drift.config import DriftConfig
-from monitor.components import BuildContext, DetectorComponent, ModelNeed, ModelSupport
-from monitor.detector import Detector
-from monitor.extras import require_extra
-from monitor.guardrails import GuardrailsConfig
+from monitor.contract.components import BuildContext, DetectorComponent, ModelNeed, ModelSupport
+from monitor.contract.detector import Detector
+from monitor.contract.extras import require_extra
+from monitor.contract.guardrails import GuardrailsConfig
 
 # An encoder's configuration and tokenizer (vocab.txt, spiece.model, tokenizer.json),
 # and one copy of its weights; ONNX, OpenVINO and TF exports are left on the hub.

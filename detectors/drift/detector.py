@@ -36,12 +36,12 @@ from detectors.drift.metrics import SIGNAL, DriftMetrics
 from detectors.drift.representations import RepresentationShares, representation_of_trace
 from detectors.drift.result import DriftResult, Vectors
 from detectors.drift.state_writer import StateWriter
-from monitor.metrics import queue_depth
-from monitor.missing import MissingInputs
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.state import DEFAULT_STATE_MAX_BYTES
-from monitor.trace import Event, RagTrace
-from monitor.worker import Worker
+from monitor.contract.metrics import queue_depth
+from monitor.contract.missing import MissingInputs
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.state import DEFAULT_STATE_MAX_BYTES
+from monitor.contract.trace import Event, RagTrace
+from monitor.contract.worker import Worker
 
 log = structlog.get_logger("rag_monitor.drift")
 

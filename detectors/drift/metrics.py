@@ -32,7 +32,7 @@ from detectors.drift.names import (
     VECTORS_TOTAL,
 )
 from detectors.drift.result import DriftResult
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.sidecar_registry import SidecarRegistry
 
 SIGNAL = "query_embedding"
 RejectReason = Literal["wrong_dimension", "not_finite", "queue_full", "unusable_reference"]

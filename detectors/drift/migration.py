@@ -19,11 +19,11 @@ from detectors.drift.config import DriftConfig
 from detectors.drift.detector import pinned_representation
 from detectors.drift.neighbours import NEIGHBOURS, NeighbourStability, neighbour_stability
 from detectors.drift.store import DriftStore, Reference
-from monitor.names import ELIGIBLE_QUERIES_TOTAL, FALSE_EXCLUSIONS_TOTAL, RETRIEVAL_RECALL
-from monitor.prometheus_query import query_prometheus
+from monitor.contract.names import ELIGIBLE_QUERIES_TOTAL, FALSE_EXCLUSIONS_TOTAL, RETRIEVAL_RECALL
+from monitor.contract.prometheus_query import query_prometheus
 
 QUALITY_WINDOW_S = 86400.0  # labelled queries are few: a day on each side of the change
-# The filter-exclusion detector's series (their names are the core's: monitor/names.py).
+# The filter-exclusion detector's series (their names are the core's: monitor/contract/names.py).
 FALSE_EXCLUSION_RATIO = (
     f"sum(increase({FALSE_EXCLUSIONS_TOTAL}[{{w}}s]))"
     f" / sum(increase({ELIGIBLE_QUERIES_TOTAL}[{{w}}s]))"

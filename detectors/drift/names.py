@@ -4,8 +4,8 @@ its metrics, its rules and its panels share."""
 from __future__ import annotations
 
 # The p-value, MMD statistic and representation gauges are spelled by the core
-# (monitor/names.py): the guardrail report reads them too.
-from monitor import names as core
+# (monitor/contract/names.py): the guardrail report reads them too.
+from monitor.contract import names as core
 
 MMD_STATISTIC = core.MMD_STATISTIC
 P_VALUE = core.P_VALUE

@@ -23,7 +23,7 @@ from detectors.drift.database import UNTAGGED
 from detectors.drift.detector import pinned_representation
 from detectors.drift.result import Vectors
 from detectors.drift.store import DriftStore, ReferenceInfo
-from monitor.durations import parse_duration
+from monitor.contract.durations import parse_duration
 
 
 def read_vectors(path: Path) -> tuple[Vectors, list[str | None]]:

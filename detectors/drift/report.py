@@ -29,9 +29,9 @@ from detectors.drift.neighbours import (
 )
 from detectors.drift.result import Vectors
 from detectors.drift.store import DriftStore, Reference, TestRecord
-from monitor.config import Config
-from monitor.durations import parse_duration
-from monitor.figures import png_bytes, png_img, pyplot
+from monitor.contract.config import Config
+from monitor.contract.durations import parse_duration
+from monitor.contract.figures import png_bytes, png_img, pyplot
 
 VERDICT_LEVEL = 0.01  # binomial test of the flagged share against the false-alarm rate
 SHOWN_CLUSTERS = 6

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from detectors.drift.database import UNTAGGED
 from detectors.drift.metrics import DriftMetrics
-from monitor.trace import RagTrace
+from monitor.contract.trace import RagTrace
 
 OTHER = "other"
 

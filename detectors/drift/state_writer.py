@@ -5,7 +5,7 @@ results for the report, ``drift set-reference`` and the next start. Any access
 may fail: a full disk, a read-only or missing directory, a corrupt file. Then:
 
 - the failure is counted (``rag_monitor_state_write_errors_total{file,reason}``)
-  and logged once per outage (``monitor.state.StateDir``), the connection is
+  and logged once per outage (``monitor.contract.state.StateDir``), the connection is
   closed and the store is tried again after ``RETRY_S``;
 - meanwhile the last ``PENDING_TESTS`` test records wait in memory (the newest
   ``PENDING_SAMPLES`` with their vector samples), as do the references built
@@ -41,7 +41,7 @@ import structlog
 from detectors.drift.database import FILE_NAME, FILES, file_bytes
 from detectors.drift.result import DriftResult, Vectors
 from detectors.drift.store import DriftStore, Reference
-from monitor.state import StateDir, fault_reason
+from monitor.contract.state import StateDir, fault_reason
 
 log = structlog.get_logger("rag_monitor.drift")
 

@@ -1,6 +1,6 @@
 """The evaluations detector's rules and panels: per evaluation, the share of judged
 results that pass, against its guardrail (``min_pass_share``), judged on evidence like
-faithfulness (``monitor.rulekit.evidence``): ``RagEvaluationFailing`` fires when even the
+faithfulness (``monitor.contract.rulekit.evidence``): ``RagEvaluationFailing`` fires when even the
 upper Wilson bound of the pass share, its z from the severity's budget in
 ``guardrails.false_alerts_per_week``, is below the guardrail, on each of
 ``guardrails.sample_windows``, once ``guardrails.min_events`` results are judged (Wilson's
@@ -14,7 +14,7 @@ severity): the section's defaults cover every evaluation that sets neither, so t
 exists before any name is configured and a name added later needs no new rule.
 
 An evaluation set ``compare_with_review`` has its pass share corrected by the review's
-random stratum as faithfulness has (``monitor.rulekit.prediction_powered``): its alert
+random stratum as faithfulness has (``monitor.contract.rulekit.prediction_powered``): its alert
 tests the corrected bound once ``guardrails.review_correction.min_random_reviews`` random
 reviews carry its result, and ``RagJudgeBiased`` tickets when it disagrees with them."""
 
@@ -34,12 +34,18 @@ from detectors.evaluations.names import (
     pass_ratio,
     pass_upper_bound,
 )
-from monitor.guardrails import GuardrailsConfig
-from monitor.names import EVALUATION_AGREEMENT_TOTAL, REQUESTS_TOTAL
-from monitor.rulekit.corrected_rules import BIAS_ALERT, CorrectedShare, CorrectionEvidence
-from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
-from monitor.rulekit.fragments import Panel, Row, RuleFragment
-from monitor.rulekit.promql import (
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.names import EVALUATION_AGREEMENT_TOTAL, REQUESTS_TOTAL
+from monitor.contract.rulekit.corrected_rules import BIAS_ALERT, CorrectedShare, CorrectionEvidence
+from monitor.contract.rulekit.evidence import (
+    BoundedShare,
+    confidence,
+    derivation,
+    hold_for,
+    window_z,
+)
+from monitor.contract.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.contract.rulekit.promql import (
     JOB,
     VARIANT,
     alert,
@@ -50,7 +56,7 @@ from monitor.rulekit.promql import (
     production,
     recorded_value,
 )
-from monitor.variants import NONE, OTHER
+from monitor.contract.variants import NONE, OTHER
 
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]
 ALERT = "RagEvaluationFailing"

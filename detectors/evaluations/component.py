@@ -6,18 +6,18 @@ from typing import TYPE_CHECKING
 
 from detectors.evaluations import alerting
 from detectors.evaluations.config import EvaluationsConfig
-from monitor.components import BuildContext, DetectorComponent
-from monitor.detector import Detector
-from monitor.guardrails import GuardrailsConfig
-from monitor.shared import COMPARED_WITH_REVIEW, Provision
+from monitor.contract.components import BuildContext, DetectorComponent
+from monitor.contract.detector import Detector
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.shared import COMPARED_WITH_REVIEW, Provision
 
 if TYPE_CHECKING:
-    from monitor.rulekit.simulation import SimulatedWorld
+    from monitor.contract.rulekit.simulation import SimulatedWorld
 
 
 def _build(config: EvaluationsConfig, context: BuildContext) -> Detector:
     from detectors.evaluations.detector import EvaluationsDetector
-    from monitor.verdict_exports.otlp_logs import EvaluationEmitter
+    from monitor.contract.verdict_exports.otlp_logs import EvaluationEmitter
 
     emitter = None if config.emit is None else EvaluationEmitter(config.emit)
     return EvaluationsDetector(config, context.registry, emitter)

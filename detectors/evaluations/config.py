@@ -15,10 +15,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from monitor.section import Section
-from monitor.trace import EvaluationResult
-from monitor.variants import allow_list
-from monitor.verdict_exports.config import EmitConfig
+from monitor.contract.section import Section
+from monitor.contract.trace import EvaluationResult
+from monitor.contract.variants import allow_list
+from monitor.contract.verdict_exports.config import EmitConfig
 
 MAX_EVALUATIONS = 64  # each multiplies the evaluation series by outcomes and variants
 

@@ -36,9 +36,9 @@ from detectors.evaluations.names import (
     UNMATCHED_TOTAL,
 )
 from detectors.evaluations.repeats import CountedResults
-from monitor.detector import InlineDetector
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import (
+from monitor.contract.detector import InlineDetector
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import (
     EvaluationResult,
     Event,
     ExclusionOutcome,
@@ -46,10 +46,10 @@ from monitor.trace import (
     RagTrace,
     UnscoredAnswer,
 )
-from monitor.variants import NONE, OTHER, PRODUCTION, bounded_label, variant_of
+from monitor.contract.variants import NONE, OTHER, PRODUCTION, bounded_label, variant_of
 
 if TYPE_CHECKING:  # the OpenTelemetry SDK loads only when emit is configured
-    from monitor.verdict_exports.otlp_logs import EvaluationEmitter
+    from monitor.contract.verdict_exports.otlp_logs import EvaluationEmitter
 
 Outcome = Literal["pass", "fail", "error"]
 # Scores on a 0..1 scale (Ragas, DeepEval, Phoenix) and on 1..10 ones (LLM-judge rubrics).

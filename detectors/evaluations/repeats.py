@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from monitor.trace import EvaluationResult
+from monitor.contract.trace import EvaluationResult
 
 
 def result_identity(result: EvaluationResult, trace_id: str | None = None) -> int | None:

@@ -16,9 +16,9 @@ from numpy.typing import NDArray
 
 from detectors.evaluations.config import EvaluationRule, EvaluationsConfig
 from detectors.evaluations.names import RESULTS_TOTAL
-from monitor.guardrails import GuardrailsConfig
-from monitor.names import EVALUATION_AGREEMENT_TOTAL
-from monitor.rulekit.simulation import SimulatedWorld, reviews
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.names import EVALUATION_AGREEMENT_TOTAL
+from monitor.contract.rulekit.simulation import SimulatedWorld, reviews
 
 HEALTHY_SCORE = 0.9
 INCIDENT_SCORE = 0.6

@@ -1,12 +1,12 @@
 """The faithfulness detector's rules and panels: the share of sampled answers that HHEM
 scores at or above the threshold, against ``guardrails.faithfulness_min``, judged on
 evidence: the page fires when even the upper Wilson bound of the share (its z from the
-page budget, ``monitor.rulekit.evidence``) is below the guardrail, on each of
+page budget, ``monitor.contract.rulekit.evidence``) is below the guardrail, on each of
 ``guardrails.sample_windows`` (a short window for a large drop, a long one for a small).
 
 Once the review's random stratum holds ``guardrails.review_correction.min_random_reviews``
 reviews over its window, the page tests the judge's share corrected by them instead
-(``monitor.rulekit.prediction_powered``): the judge's errors no longer move the bound.
+(``monitor.contract.rulekit.prediction_powered``): the judge's errors no longer move the bound.
 ``RagJudgeBiased`` tickets when the judge and the reviewers disagree on the same items."""
 
 from __future__ import annotations
@@ -23,12 +23,18 @@ from detectors.faithfulness.names import (
     pass_upper_bound,
     scored_count,
 )
-from monitor.guardrails import GuardrailsConfig
-from monitor.names import JUDGE_AGREEMENT_TOTAL, JUDGE_INFO
-from monitor.rulekit.corrected_rules import CorrectedShare, CorrectionEvidence
-from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
-from monitor.rulekit.fragments import Annotation, Panel, Row, RuleFragment
-from monitor.rulekit.promql import (
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.names import JUDGE_AGREEMENT_TOTAL, JUDGE_INFO
+from monitor.contract.rulekit.corrected_rules import CorrectedShare, CorrectionEvidence
+from monitor.contract.rulekit.evidence import (
+    BoundedShare,
+    confidence,
+    derivation,
+    hold_for,
+    window_z,
+)
+from monitor.contract.rulekit.fragments import Annotation, Panel, Row, RuleFragment
+from monitor.contract.rulekit.promql import (
     JOB,
     alert,
     panel_increase,

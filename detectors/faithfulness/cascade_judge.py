@@ -51,10 +51,10 @@ from detectors.faithfulness.names import (
     JUDGE_ESCALATIONS_TOTAL,
     JUDGE_TIER_VERDICTS_TOTAL,
 )
-from monitor.trace import TierVerdict
+from monitor.contract.trace import TierVerdict
 
 if TYPE_CHECKING:
-    from monitor.sidecar_registry import SidecarRegistry
+    from monitor.contract.sidecar_registry import SidecarRegistry
 
 log = structlog.get_logger("rag_monitor.faithfulness")
 

@@ -18,15 +18,15 @@ from detectors.faithfulness.scorer_command import SCORE
 from detectors.faithfulness.token_classifier import PINNED_REVISIONS as TOKEN_REVISIONS
 from detectors.faithfulness.token_classifier import WEIGHT_FILES as TOKEN_WEIGHT_FILES
 from detectors.faithfulness.token_classifier import resolve_token_model
-from monitor.components import BuildContext, DetectorComponent, ModelNeed, ModelSupport
-from monitor.detector import Detector
-from monitor.extras import missing_modules, require_extra
-from monitor.guardrails import GuardrailsConfig
-from monitor.shared import SLICER
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.components import BuildContext, DetectorComponent, ModelNeed, ModelSupport
+from monitor.contract.detector import Detector
+from monitor.contract.extras import missing_modules, require_extra
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.shared import SLICER
+from monitor.contract.sidecar_registry import SidecarRegistry
 
 if TYPE_CHECKING:
-    from monitor.rulekit.simulation import SimulatedWorld
+    from monitor.contract.rulekit.simulation import SimulatedWorld
 
 # What the scorer reads: the checkpoint's config.json and weights; of the foundation only
 # the T5 configuration and the tokenizer (its own ~1 GB of weights are never loaded).

@@ -9,8 +9,8 @@ from pydantic import Field, field_validator, model_validator
 
 from detectors.faithfulness.hhem import HHEM_REPO
 from detectors.faithfulness.token_classifier import DEFAULT_TOKEN_MODEL
-from monitor.section import Patterns, Section
-from monitor.verdict_exports.config import PhoenixConfig
+from monitor.contract.section import Patterns, Section
+from monitor.contract.verdict_exports.config import PhoenixConfig
 
 AlwaysSample = Literal["thumbs_down", "probe"]
 JudgeKind = Literal["hhem", "token_classifier", "openai_compatible", "cascade"]

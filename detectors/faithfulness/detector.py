@@ -38,20 +38,20 @@ from detectors.faithfulness.worker import (
     WorkerState,
     WorkerStats,
 )
-from monitor.kafka_connection import KafkaConnection
-from monitor.metrics import detector_up
-from monitor.missing import MissingInputs
-from monitor.names import (
+from monitor.contract.kafka_connection import KafkaConnection
+from monitor.contract.metrics import detector_up
+from monitor.contract.missing import MissingInputs
+from monitor.contract.names import (
     JUDGE_INFO,
     SLICE_FAITHFULNESS_BELOW_TOTAL,
     SLICE_FAITHFULNESS_SCORED_TOTAL,
 )
-from monitor.sampler import Sampled, Sampler
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.slicing import Slice, SliceCounter, Slicer
-from monitor.trace import Event, JudgeScore, RagTrace, UnscoredAnswer
-from monitor.variants import PRODUCTION, ByVariant, variant_of
-from monitor.verdict_exports.phoenix import PhoenixAnnotator
+from monitor.contract.sampler import Sampled, Sampler
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.slicing import Slice, SliceCounter, Slicer
+from monitor.contract.trace import Event, JudgeScore, RagTrace, UnscoredAnswer
+from monitor.contract.variants import PRODUCTION, ByVariant, variant_of
+from monitor.contract.verdict_exports.phoenix import PhoenixAnnotator
 
 if TYPE_CHECKING:
     from detectors.faithfulness.remote import PairPublisher

@@ -41,7 +41,7 @@ from detectors.faithfulness.precision import calibrate
 from detectors.faithfulness.triage import split_sentences
 
 if TYPE_CHECKING:
-    from monitor.sidecar_registry import SidecarRegistry
+    from monitor.contract.sidecar_registry import SidecarRegistry
 
 log = structlog.get_logger("rag_monitor.faithfulness")
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from detectors.faithfulness.config import FaithfulnessConfig
     from detectors.faithfulness.judge_contract import Judge, WorkerStats
-    from monitor.sidecar_registry import SidecarRegistry
+    from monitor.contract.sidecar_registry import SidecarRegistry
 
 
 def open_judge(

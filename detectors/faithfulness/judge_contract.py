@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeVar
 
-from monitor.trace import Spans, TierVerdict
+from monitor.contract.trace import Spans, TierVerdict
 
 if TYPE_CHECKING:
     from detectors.faithfulness.config import FaithfulnessConfig

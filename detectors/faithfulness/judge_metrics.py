@@ -25,7 +25,7 @@ from detectors.faithfulness.openai_chat import REQUEST_OUTCOMES, RequestOutcome,
 
 if TYPE_CHECKING:
     from detectors.faithfulness.config import LlmJudgeConfig
-    from monitor.sidecar_registry import SidecarRegistry
+    from monitor.contract.sidecar_registry import SidecarRegistry
 
 _MTOK = 1_000_000
 _M = TypeVar("_M", Counter, Gauge)

@@ -58,7 +58,7 @@ from detectors.faithfulness.judge_metrics import JudgeMetrics, Prices
 from detectors.faithfulness.openai_chat import ChatClient, ChatError
 
 if TYPE_CHECKING:
-    from monitor.sidecar_registry import SidecarRegistry
+    from monitor.contract.sidecar_registry import SidecarRegistry
 
 log = structlog.get_logger("rag_monitor.faithfulness")
 

@@ -31,12 +31,12 @@ from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.judge_contract import JudgeOutcome
 from detectors.faithfulness.names import PUBLISHED_TOTAL, RESULTS_READ_TOTAL
 from detectors.faithfulness.triage import premise_of
-from monitor.kafka_connection import KafkaConnection
-from monitor.replication import TopicPublisher, WholeTopicReader, client_settings
-from monitor.sampler import Sampled, trace_fraction
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.slicing import Slicer, slices_record
-from monitor.trace import (
+from monitor.contract.kafka_connection import KafkaConnection
+from monitor.contract.replication import TopicPublisher, WholeTopicReader, client_settings
+from monitor.contract.sampler import Sampled, trace_fraction
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.slicing import Slicer, slices_record
+from monitor.contract.trace import (
     Event,
     JudgeScore,
     UnscoredAnswer,
@@ -45,8 +45,8 @@ from monitor.trace import (
     tiers_from_record,
     verdict_parts_record,
 )
-from monitor.variants import PRODUCTION, variant_of
-from monitor.worker import Worker
+from monitor.contract.variants import PRODUCTION, variant_of
+from monitor.contract.worker import Worker
 
 Stratum = Literal["thumbs_down", "probe", "floor", "random"]
 STRATA: tuple[Stratum, ...] = ("thumbs_down", "probe", "floor", "random")

@@ -37,11 +37,11 @@ from detectors.faithfulness.names import (
 )
 from detectors.faithfulness.remote import score_record, unscored_record
 from detectors.faithfulness.scorer_budget import FloorBudget, SeenTraces
-from monitor.kafka_connection import KafkaConnection
-from monitor.replication import WholeTopicReader, client_settings
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.slicing import Slice, Slicer
-from monitor.trace import JudgeScore, UnscoredAnswer
+from monitor.contract.kafka_connection import KafkaConnection
+from monitor.contract.replication import WholeTopicReader, client_settings
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.slicing import Slice, Slicer
+from monitor.contract.trace import JudgeScore, UnscoredAnswer
 
 log = structlog.get_logger("rag_monitor.scorer")
 

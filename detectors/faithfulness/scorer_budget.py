@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from detectors.faithfulness.remote import ALWAYS
-from monitor.sampler import TokenBucket
+from monitor.contract.sampler import TokenBucket
 
 Decision = Literal["judge", "floor_met", "capacity"]
 

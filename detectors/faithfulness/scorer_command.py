@@ -13,13 +13,13 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from monitor.components import Command
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.components import Command
+from monitor.contract.sidecar_registry import SidecarRegistry
 
 if TYPE_CHECKING:  # kafka and the HTTP server load when the command runs, not for --help
     from detectors.faithfulness.scorer import Scorer
-    from monitor.config import Config
-    from monitor.http.endpoints import MetricsServer
+    from monitor.contract.config import Config
+    from monitor.contract.http.endpoints import MetricsServer
 
 # Exit codes: 1 the configuration cannot run a scorer, 3 the judge cannot load here.
 NO_JUDGE = 3
@@ -36,8 +36,8 @@ def _score(args: argparse.Namespace, config: Config) -> int:
 
     from detectors.faithfulness.component import require_local_judge_extra
     from detectors.faithfulness.judge_choice import open_judge
-    from monitor.config import kafka_connection
-    from monitor.extras import MissingExtraError
+    from monitor.contract.config import kafka_connection
+    from monitor.contract.extras import MissingExtraError
 
     log = structlog.get_logger("rag_monitor.scorer")
     faithfulness = config.detectors.faithfulness
@@ -75,9 +75,9 @@ def _assemble(config: Config, registry: SidecarRegistry) -> tuple[Scorer, Metric
     """The scorer and its /metrics server on ``registry``, neither started; the judge's own
     families are declared when it loads (the component's ``late_metrics``)."""
     from detectors.faithfulness.scorer import Scorer
-    from monitor.config import kafka_connection, shared_values
-    from monitor.http.endpoints import MetricsServer, Readiness
-    from monitor.shared import SLICER
+    from monitor.contract.config import kafka_connection, shared_values
+    from monitor.contract.http.endpoints import MetricsServer, Readiness
+    from monitor.contract.shared import SLICER
 
     kafka = kafka_connection(config)
     if kafka is None:

@@ -3,7 +3,7 @@ sampler scores ``sample_rate`` of the requests, raised to ``min_scored_per_hour`
 section has that floor) from the previous hour's traffic, and at most ``max_per_second``;
 0.92 of the scored answers are faithful, 0.75 during a ``faithfulness`` incident. The
 judge reads the world's ``judge_bias`` high, and people review a random sample of the
-scored answers (``monitor.rulekit.simulation.reviews``). During a ``judge_blind`` incident
+scored answers (``monitor.contract.rulekit.simulation.reviews``). During a ``judge_blind`` incident
 the answers fail in a way the judge does not see: people find 0.75 of them faithful, the
 judge passes as many as in health (only the corrected bound can tell). During a
 ``judge_change`` incident another judge (another identity, the same bias) runs: the
@@ -25,14 +25,14 @@ from numpy.typing import NDArray
 
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.names import BELOW_THRESHOLD_TOTAL, EVALUATIONS_TOTAL
-from monitor.guardrails import GuardrailsConfig
-from monitor.names import (
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.names import (
     JUDGE_AGREEMENT_TOTAL,
     JUDGE_INFO,
     SLICE_FAITHFULNESS_BELOW_TOTAL,
     SLICE_FAITHFULNESS_SCORED_TOTAL,
 )
-from monitor.rulekit.simulation import (
+from monitor.contract.rulekit.simulation import (
     STEP_S,
     SimulatedWorld,
     judge_share,

@@ -45,11 +45,11 @@ from detectors.faithfulness.token_classifier import (
     TokenPrecision,
     resolve_token_model,
 )
-from monitor.trace import Spans
+from monitor.contract.trace import Spans
 
 if TYPE_CHECKING:
     from detectors.faithfulness.config import FaithfulnessConfig
-    from monitor.sidecar_registry import SidecarRegistry
+    from monitor.contract.sidecar_registry import SidecarRegistry
 
 
 log = structlog.get_logger("rag_monitor.faithfulness")

@@ -14,7 +14,7 @@ import re
 from typing import Literal, get_args
 
 from detectors.faithfulness.config import FaithfulnessConfig
-from monitor.trace import RagTrace
+from monitor.contract.trace import RagTrace
 
 # scored: HHEM judged it; error: scoring failed. The rest are settled without the model:
 # no_answer (the trace has none), no_claims (blank), refusal, no_context

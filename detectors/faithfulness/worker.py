@@ -33,10 +33,10 @@ from detectors.faithfulness.judge_contract import (
 from detectors.faithfulness.openai_chat import MAX_RETRY_WAIT_S
 from detectors.faithfulness.precision import CalibrationCancelled
 from detectors.faithfulness.triage import Outcome, premise_of
-from monitor.sampler import Sampled
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import RagTrace, Spans, TierVerdict
-from monitor.worker import Worker
+from monitor.contract.sampler import Sampled
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import RagTrace, Spans, TierVerdict
+from monitor.contract.worker import Worker
 
 log = structlog.get_logger("rag_monitor.faithfulness")
 

@@ -1,5 +1,5 @@
 """The feedback detector's rules and panels: the regeneration (re-ask) ratio in a control
-band of its own history (``monitor.rulekit.control_band``: the same hour of past weeks, the
+band of its own history (``monitor.contract.rulekit.control_band``: the same hour of past weeks, the
 binomial width at the window's request count, overdispersion from history, z from the
 ticket budget), on each of ``guardrails.band_windows``."""
 
@@ -14,12 +14,12 @@ from detectors.feedback.names import (
     FEEDBACK_THUMBS_DOWN_TOTAL,
     REGENERATION,
 )
-from monitor.guardrails import GuardrailsConfig
-from monitor.names import REQUESTS_TOTAL
-from monitor.rulekit.control_band import ControlBand
-from monitor.rulekit.evidence import derivation, hold_for, window_z
-from monitor.rulekit.fragments import Panel, Row, RuleFragment
-from monitor.rulekit.promql import (
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.names import REQUESTS_TOTAL
+from monitor.contract.rulekit.control_band import ControlBand
+from monitor.contract.rulekit.evidence import derivation, hold_for, window_z
+from monitor.contract.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.contract.rulekit.promql import (
     alert,
     panel_quantile,
     panel_rate,

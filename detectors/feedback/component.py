@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING
 
 from detectors.feedback import alerting
 from detectors.feedback.config import FeedbackConfig
-from monitor.components import BuildContext, DetectorComponent
-from monitor.detector import Detector
-from monitor.guardrails import GuardrailsConfig
+from monitor.contract.components import BuildContext, DetectorComponent
+from monitor.contract.detector import Detector
+from monitor.contract.guardrails import GuardrailsConfig
 
 if TYPE_CHECKING:
-    from monitor.rulekit.simulation import SimulatedWorld
+    from monitor.contract.rulekit.simulation import SimulatedWorld
 
 
 def _build(config: FeedbackConfig, context: BuildContext) -> Detector:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from monitor.section import Section
+from monitor.contract.section import Section
 
 
 class FeedbackConfig(Section):

@@ -4,14 +4,14 @@ dwell times (``rag_feedback_dwell_seconds``). A feedback event names only its tr
 counts under the variant this replica saw that trace with, else production.
 
 Regeneration has two sources: an explicit ``regenerate`` event, and the same
-query asked again in the same session within ``REASK_WINDOW_S`` (``monitor/reask.py``:
+query asked again in the same session within ``REASK_WINDOW_S`` (``monitor/contract/reask.py``:
 the user re-asking is the implicit form of pressing "regenerate"). An
 explicit ``re_ask`` event is counted as its own kind: the app's notion of asking
 again (a rephrased question, say) is not the sidecar's same-query re-ask, and
 counting it as a regeneration too could count one re-ask twice.
 
 Every label value comes from a closed set (the kinds and reasons of
-``monitor/trace.py``): the collectors refuse anything else.
+``monitor/contract/trace.py``): the collectors refuse anything else.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from detectors.feedback.names import (
     FEEDBACK_EVENTS_TOTAL,
     FEEDBACK_THUMBS_DOWN_TOTAL,
 )
-from monitor.detector import InlineDetector
-from monitor.reask import MAX_TRACKED_QUERIES, REASK_WINDOW_S, ReaskTracker
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import FEEDBACK_KINDS, FEEDBACK_REASONS, Event, Feedback, RagTrace
-from monitor.variants import PRODUCTION, ByVariant, variant_of
+from monitor.contract.detector import InlineDetector
+from monitor.contract.reask import MAX_TRACKED_QUERIES, REASK_WINDOW_S, ReaskTracker
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import FEEDBACK_KINDS, FEEDBACK_REASONS, Event, Feedback, RagTrace
+from monitor.contract.variants import PRODUCTION, ByVariant, variant_of
 
 # From a glance to an hour of reading; longer dwells (up to a day) land in +Inf.
 DWELL_BUCKETS_S = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from detectors.feedback.config import FeedbackConfig
 from detectors.feedback.names import FEEDBACK_EVENTS_TOTAL
-from monitor.guardrails import GuardrailsConfig
-from monitor.rulekit.simulation import SimulatedWorld
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.rulekit.simulation import SimulatedWorld
 
 HEALTHY_REGENERATION = 0.05
 

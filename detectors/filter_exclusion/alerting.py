@@ -16,11 +16,17 @@ from detectors.filter_exclusion.names import (
     false_exclusion_lower_bound,
     false_exclusion_ratio,
 )
-from monitor.guardrails import GuardrailsConfig
-from monitor.names import ELIGIBLE_QUERIES_TOTAL, FALSE_EXCLUSIONS_TOTAL, RETRIEVAL_RECALL
-from monitor.rulekit.evidence import BoundedShare, confidence, derivation, hold_for, window_z
-from monitor.rulekit.fragments import Panel, Row, RuleFragment
-from monitor.rulekit.promql import (
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.names import ELIGIBLE_QUERIES_TOTAL, FALSE_EXCLUSIONS_TOTAL, RETRIEVAL_RECALL
+from monitor.contract.rulekit.evidence import (
+    BoundedShare,
+    confidence,
+    derivation,
+    hold_for,
+    window_z,
+)
+from monitor.contract.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.contract.rulekit.promql import (
     alert,
     panel_increase,
     panel_rate,

@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING
 
 from detectors.filter_exclusion import alerting
 from detectors.filter_exclusion.config import FilterExclusionConfig
-from monitor.components import BuildContext, DetectorComponent
-from monitor.detector import Detector
-from monitor.guardrails import GuardrailsConfig
-from monitor.shared import SLICER
+from monitor.contract.components import BuildContext, DetectorComponent
+from monitor.contract.detector import Detector
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.shared import SLICER
 
 if TYPE_CHECKING:
-    from monitor.rulekit.simulation import SimulatedWorld
+    from monitor.contract.rulekit.simulation import SimulatedWorld
 
 
 def _build(config: FilterExclusionConfig, context: BuildContext) -> Detector:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
-from monitor.section import Section
+from monitor.contract.section import Section
 
 
 class FilterExclusionConfig(Section):

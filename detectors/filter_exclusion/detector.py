@@ -43,11 +43,11 @@ from detectors.filter_exclusion.scoring import (
     load_golden_set,
     score_query,
 )
-from monitor.detector import InlineDetector
-from monitor.missing import MissingInputs
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.slicing import Slicer
-from monitor.trace import Event, ExclusionOutcome, Label, RagTrace
+from monitor.contract.detector import InlineDetector
+from monitor.contract.missing import MissingInputs
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.slicing import Slicer
+from monitor.contract.trace import Event, ExclusionOutcome, Label, RagTrace
 
 log = structlog.get_logger("rag_monitor.filter_exclusion")
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 from detectors.filter_exclusion import names
-from monitor.names import (
+from monitor.contract.names import (
     ELIGIBLE_QUERIES_TOTAL,
     FALSE_EXCLUSIONS_TOTAL,
     RETRIEVAL_RECALL,
     SLICE_EXCLUSION_QUERIES_TOTAL,
     SLICE_FALSE_EXCLUSIONS_TOTAL,
 )
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.slicing import SliceCounter, Slicer
-from monitor.variants import ByVariant
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.slicing import SliceCounter, Slicer
+from monitor.contract.variants import ByVariant
 
 # Recall of one query is a ratio of small integers: 0 and 1 need their own
 # buckets (total loss, full recall); halves, thirds and quarters fall on edges.

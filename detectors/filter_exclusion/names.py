@@ -4,7 +4,7 @@ its metrics, its rules and its panels share."""
 from __future__ import annotations
 
 # The detector's eligible queries, false exclusions and recall@k are spelled by the core
-# (monitor/names.py): the drift detector's report reads them too.
+# (monitor/contract/names.py): the drift detector's report reads them too.
 ENTITLEMENT_VIOLATIONS_TOTAL = "rag_entitlement_violations_total"
 ELIGIBLE_GOLD_DOCS_TOTAL = "rag_filter_eligible_gold_docs_total"
 EXCLUDED_GOLD_DOCS_TOTAL = "rag_filter_excluded_gold_docs_total"

@@ -6,10 +6,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitor.events import InvalidRecord, parse_labels
-from monitor.slicing import Slice, Slicer
-from monitor.trace import RagTrace
-from monitor.variants import PRODUCTION, variant_of
+from monitor.contract.events import InvalidRecord, parse_labels
+from monitor.contract.slicing import Slice, Slicer
+from monitor.contract.trace import RagTrace
+from monitor.contract.variants import PRODUCTION, variant_of
 
 
 class GoldenSetError(ValueError):

@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 
 from detectors.filter_exclusion.config import FilterExclusionConfig
-from monitor.guardrails import GuardrailsConfig
-from monitor.names import (
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.names import (
     ELIGIBLE_QUERIES_TOTAL,
     FALSE_EXCLUSIONS_TOTAL,
     SLICE_EXCLUSION_QUERIES_TOTAL,
     SLICE_FALSE_EXCLUSIONS_TOTAL,
 )
-from monitor.rulekit.simulation import SimulatedWorld
+from monitor.contract.rulekit.simulation import SimulatedWorld
 
 HEALTHY_FALSE_EXCLUSION = 0.01
 INCIDENT_FALSE_EXCLUSION = 0.06

@@ -4,8 +4,9 @@ the burn of its error budget over two tiers of ``guardrails.slo_windows``: the p
 (RagStageLatencySLOBreach) when the lower Wilson bound of the slow share over the long
 window, and the share over the short one, exceed ``page_burn_rate`` times the budget;
 the ticket (RagStageLatencySLOBudgetBurn) when they exceed the budget itself. The
-bound's z comes from the severity's false-alert budget (``monitor.rulekit.evidence``). The p95
-recording and panels stay for reading, not for alerting."""
+bound's z comes from the severity's false-alert budget
+(``monitor.contract.rulekit.evidence``). The p95 recording and panels stay for reading,
+not for alerting."""
 
 from __future__ import annotations
 
@@ -21,10 +22,10 @@ from detectors.latency.names import (
     slow_ratio,
     stage_p95,
 )
-from monitor.guardrails import GuardrailsConfig, LatencySLO
-from monitor.rulekit.evidence import confidence, hold_for, wilson_bound, window_z
-from monitor.rulekit.fragments import Panel, Row, RuleFragment
-from monitor.rulekit.promql import (
+from monitor.contract.guardrails import GuardrailsConfig, LatencySLO
+from monitor.contract.rulekit.evidence import confidence, hold_for, wilson_bound, window_z
+from monitor.contract.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.contract.rulekit.promql import (
     alert,
     panel_gauge,
     panel_quantile,

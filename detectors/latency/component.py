@@ -6,14 +6,14 @@ from typing import TYPE_CHECKING
 
 from detectors.latency import alerting
 from detectors.latency.config import LatencyConfig
-from monitor.components import BuildContext, DetectorComponent
-from monitor.coverage import stage_field
-from monitor.detector import Detector
-from monitor.guardrails import GuardrailsConfig
-from monitor.shared import SLICER
+from monitor.contract.components import BuildContext, DetectorComponent
+from monitor.contract.detector import Detector
+from monitor.contract.field_presence import stage_field
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.shared import SLICER
 
 if TYPE_CHECKING:
-    from monitor.rulekit.simulation import SimulatedWorld
+    from monitor.contract.rulekit.simulation import SimulatedWorld
 
 
 def _build(config: LatencyConfig, context: BuildContext) -> Detector:

@@ -27,15 +27,15 @@ from prometheus_client.registry import Collector
 
 from detectors.latency.config import LatencyConfig
 from detectors.latency.names import STAGE_LATENCY_SECONDS, STAGE_LATENCY_WINDOW_SECONDS
-from monitor.buckets import LATENCY_BUCKETS
-from monitor.coverage import stage_field
-from monitor.detector import InlineDetector
-from monitor.missing import MissingInputs
-from monitor.names import SLICE_LATENCY_REQUESTS_TOTAL, SLICE_LATENCY_SLOW_TOTAL
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.slicing import SliceCounter, Slicer
-from monitor.trace import STAGES, RagTrace
-from monitor.variants import PRODUCTION, ByVariant, variant_of
+from monitor.contract.buckets import LATENCY_BUCKETS
+from monitor.contract.detector import InlineDetector
+from monitor.contract.field_presence import stage_field
+from monitor.contract.missing import MissingInputs
+from monitor.contract.names import SLICE_LATENCY_REQUESTS_TOTAL, SLICE_LATENCY_SLOW_TOTAL
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.slicing import SliceCounter, Slicer
+from monitor.contract.trace import STAGES, RagTrace
+from monitor.contract.variants import PRODUCTION, ByVariant, variant_of
 
 RELATIVE_ACCURACY = 0.005
 _SLOTS_PER_WINDOW = 20

@@ -13,10 +13,10 @@ from numpy.typing import NDArray
 
 from detectors.latency.config import LatencyConfig
 from detectors.latency.names import STAGE_LATENCY_SECONDS
-from monitor.buckets import LATENCY_BUCKETS
-from monitor.guardrails import GuardrailsConfig
-from monitor.names import SLICE_LATENCY_REQUESTS_TOTAL, SLICE_LATENCY_SLOW_TOTAL
-from monitor.rulekit.simulation import Samples, SimulatedWorld
+from monitor.contract.buckets import LATENCY_BUCKETS
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.names import SLICE_LATENCY_REQUESTS_TOTAL, SLICE_LATENCY_SLOW_TOTAL
+from monitor.contract.rulekit.simulation import Samples, SimulatedWorld
 
 HEALTHY_P95_S = 1.2
 INCIDENT_P95_S = 2.5

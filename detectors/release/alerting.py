@@ -1,14 +1,14 @@
 """The release detector's panels. It has no rules of its own: every guardrail alert reads
-its first-seen gauge for ``suspected_cause`` (``monitor.rulekit.promql.triage``), and the
+its first-seen gauge for ``suspected_cause`` (``monitor.contract.rulekit.promql.triage``), and the
 dashboard marks releases as annotations (``alerts.dashboard``)."""
 
 from __future__ import annotations
 
 from detectors.release.config import ReleaseConfig
 from detectors.release.names import RELEASE_DROPPED_TOTAL, RELEASE_INFO
-from monitor.guardrails import GuardrailsConfig
-from monitor.rulekit.fragments import Panel, Row
-from monitor.rulekit.promql import panel_gauge, panel_increase
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.rulekit.fragments import Panel, Row
+from monitor.contract.rulekit.promql import panel_gauge, panel_increase
 
 
 def rows(config: ReleaseConfig, guardrails: GuardrailsConfig) -> list[Row]:

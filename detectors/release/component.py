@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from detectors.release import alerting
 from detectors.release.config import ReleaseConfig
-from monitor.components import BuildContext, DetectorComponent
-from monitor.detector import Detector
+from monitor.contract.components import BuildContext, DetectorComponent
+from monitor.contract.detector import Detector
 
 
 def _build(config: ReleaseConfig, context: BuildContext) -> Detector:

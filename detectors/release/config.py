@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from monitor.section import Section
+from monitor.contract.section import Section
 
 
 class ReleaseConfig(Section):

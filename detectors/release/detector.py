@@ -27,9 +27,9 @@ from detectors.release.names import (
     RELEASE_FIRST_SEEN_TIMESTAMP_SECONDS,
     RELEASE_INFO,
 )
-from monitor.detector import InlineDetector
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import RagTrace
+from monitor.contract.detector import InlineDetector
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import RagTrace
 
 UNKNOWN_SERVICE = "unknown_service"  # what OTel SDKs report without service.name
 MAX_ENVIRONMENTS_PER_VERSION = 4

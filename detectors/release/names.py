@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from monitor.names import RELEASE_FIRST_SEEN
+from monitor.contract.names import RELEASE_FIRST_SEEN
 
 RELEASE_INFO = "rag_release_info"  # gauge = 1, labels service, version, environment
 # gauge, labels service, version; the core spells it (every guardrail alert's triage reads it)

@@ -12,9 +12,9 @@ from detectors.review.names import (
     SKIPPED_TOTAL,
     sampled_rate,
 )
-from monitor.guardrails import GuardrailsConfig
-from monitor.rulekit.fragments import Panel, Row, RuleFragment
-from monitor.rulekit.promql import JOB, panel_rate, sum_rate
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.contract.rulekit.promql import JOB, panel_rate, sum_rate
 
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]
 

@@ -24,7 +24,7 @@ from detectors.review.calibration import (
     human_supported,
     judge_of,
 )
-from monitor.report_tables import Table
+from monitor.contract.report_tables import Table
 
 FIRST_TIER, SECOND_TIER = 1, 2
 BIN_WIDTH = 0.1  # the first judge's scores in bins of a tenth

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from detectors.review.model import Progress, ReviewItem, Verdict
-from monitor.components import Command
+from monitor.contract.components import Command
 
 if TYPE_CHECKING:
-    from monitor.config import Config
+    from monitor.contract.config import Config
 
 
 def _read_store(config: Config) -> tuple[list[tuple[ReviewItem, Verdict]], Progress]:
@@ -72,8 +72,8 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 def _report(args: argparse.Namespace, config: Config) -> int:
     from detectors.review.estimates import judged_counts, pass_shares, random_pairs
     from detectors.review.report import summary, write_report
-    from monitor.durations import parse_duration
-    from monitor.prometheus_query import query_prometheus
+    from monitor.contract.durations import parse_duration
+    from monitor.contract.prometheus_query import query_prometheus
 
     guardrails = config.guardrails
     windows = guardrails.sample_windows

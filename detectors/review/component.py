@@ -5,11 +5,11 @@ from __future__ import annotations
 from detectors.review import alerting
 from detectors.review.commands import COMMANDS
 from detectors.review.config import ReviewConfig
-from monitor.components import BuildContext, DetectorComponent
-from monitor.detector import Detector
-from monitor.guardrails import GuardrailsConfig
-from monitor.shared import COMPARED_WITH_REVIEW, REVIEW_ENABLED, SLICER, Provision
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.components import BuildContext, DetectorComponent
+from monitor.contract.detector import Detector
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.shared import COMPARED_WITH_REVIEW, REVIEW_ENABLED, SLICER, Provision
+from monitor.contract.sidecar_registry import SidecarRegistry
 
 
 def _build(config: ReviewConfig, context: BuildContext) -> Detector:

@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from monitor.config import HttpListener
-from monitor.section import Patterns, Section
+from monitor.contract.section import Patterns, Section
+from monitor.contract.service_config import HttpListener
 
 DEFAULT_FOLLOW_UP_PATTERNS = (
     r"\bare you sure\b",

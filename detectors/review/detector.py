@@ -32,15 +32,15 @@ from detectors.review.sampler import (
     ReviewSampler,
 )
 from detectors.review.store import ReviewStore
-from monitor.kafka_connection import KafkaConnection
-from monitor.rulekit.prediction_powered import RANDOM_STRATUM
-from monitor.shared import PassRules
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.slicing import Slicer
-from monitor.state import DEFAULT_STATE_MAX_BYTES
-from monitor.trace import Event, Label, RagTrace
-from monitor.variants import OTHER, PRODUCTION, bounded_label, variant_of
-from monitor.worker import Worker
+from monitor.contract.kafka_connection import KafkaConnection
+from monitor.contract.rulekit.prediction_powered import RANDOM_STRATUM
+from monitor.contract.shared import PassRules
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.slicing import Slicer
+from monitor.contract.state import DEFAULT_STATE_MAX_BYTES
+from monitor.contract.trace import Event, Label, RagTrace
+from monitor.contract.variants import OTHER, PRODUCTION, bounded_label, variant_of
+from monitor.contract.worker import Worker
 
 if TYPE_CHECKING:
     from detectors.review.replication import ReviewPublisher, ReviewReader
@@ -134,7 +134,7 @@ class ReviewDetector:
         self.store = ReviewStore(self._state_dir, clock=self._clock)
         if self._kafka is not None:
             from detectors.review.replication import ReviewPublisher, ReviewReader
-            from monitor.replication import client_settings
+            from monitor.contract.replication import client_settings
 
             settings = client_settings(self._kafka)
             self._publisher = ReviewPublisher(settings, self.config.topic, self.metrics)

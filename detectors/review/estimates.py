@@ -1,6 +1,6 @@
 """The pass shares the review can correct, as ``rag-monitor report review`` shows them:
 the judge's own, the reviewers' alone, and the two combined (prediction-powered,
-``monitor.rulekit.prediction_powered``), each with its 90% interval.
+``monitor.contract.rulekit.prediction_powered``), each with its 90% interval.
 
 The reviewed side comes from the store: the items of the ``random`` stratum reviewed
 within ``guardrails.review_correction.window`` that the judge scored (for faithfulness)
@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from detectors.review.calibration import Reviewed, hhem_supported, human_supported, judge_of
-from monitor.report_tables import Table
-from monitor.rulekit.prediction_powered import (
+from monitor.contract.report_tables import Table
+from monitor.contract.rulekit.prediction_powered import (
     RANDOM_STRATUM,
     Estimate,
     ReviewedPairs,

@@ -15,16 +15,16 @@ from detectors.review.names import (
     SAMPLED_TOTAL,
     SKIPPED_TOTAL,
 )
-from monitor.missing import MissingInputs
-from monitor.names import (
+from monitor.contract.missing import MissingInputs
+from monitor.contract.names import (
     EVALUATION_AGREEMENT_TOTAL,
     JUDGE_AGREEMENT_TOTAL,
     SLICE_JUDGE_AGREEMENT_TOTAL,
 )
-from monitor.rulekit.prediction_powered import RANDOM_STRATUM
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.slicing import Slice, SliceCounter, Slicer
-from monitor.variants import OTHER
+from monitor.contract.rulekit.prediction_powered import RANDOM_STRATUM
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.slicing import Slice, SliceCounter, Slicer
+from monitor.contract.variants import OTHER
 
 # The agreement counters' stratum: random (the item was drawn at random, whatever else
 # took it too) or other. Only the random items estimate the population's pass share.

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
-from monitor.slicing import Slice
-from monitor.trace import Spans, TierVerdict
+from monitor.contract.slicing import Slice
+from monitor.contract.trace import Spans, TierVerdict
 
 Stratum = Literal["random", "low_faithfulness", "thumbs_down", "follow_up", "weekly_reading"]
 STRATA: tuple[Stratum, ...] = get_args(Stratum)
@@ -54,7 +54,7 @@ class ReviewItem:
     judge: str | None = None  # the judge that gave the score; None: stored before names (HHEM)
     spans: Spans = ()  # the answer's parts the judge found unsupported (a token-level judge)
     tiers: tuple[TierVerdict, ...] = ()  # a judge cascade's tiers on this answer
-    slices: tuple[Slice, ...] = ()  # the request's slices (monitor.slicing), production's
+    slices: tuple[Slice, ...] = ()  # the request's slices (monitor.contract.slicing), production's
     feedback: tuple[str, ...] = ()  # feedback kinds seen for this trace, e.g. "regenerate"
     # (evaluation name, outcome) of the results of evaluations set compare_with_review,
     # judged by their pass rules on the replica that saw them; one per name.

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 # The sampled and verdict counters and the queue gauge are spelled by the core
-# (monitor/names.py): the guardrail report reads them too.
-from monitor import names as core
+# (monitor/contract/names.py): the guardrail report reads them too.
+from monitor.contract import names as core
 
 QUEUE_ITEMS = core.QUEUE_ITEMS
 SAMPLED_TOTAL = core.SAMPLED_TOTAL

@@ -25,8 +25,8 @@ from detectors.review.model import (
     Supported,
     Verdict,
 )
-from monitor.rulekit.prediction_powered import RANDOM_STRATUM
-from monitor.trace import Spans
+from monitor.contract.rulekit.prediction_powered import RANDOM_STRATUM
+from monitor.contract.trace import Spans
 
 MAX_MISSING_IDS = 20
 MAX_DOC_ID_CHARS = 200

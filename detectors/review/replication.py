@@ -2,7 +2,7 @@
 
 Publishing lets a team feed its own tool from the topic (JSON, ``rag-review/1`` and
 ``rag-review-verdict/1``; key: the trace id). Reading makes N replicas one queue: every
-replica reads both topics whole (``monitor.replication.WholeTopicReader``) into its own
+replica reads both topics whole (``monitor.contract.replication.WholeTopicReader``) into its own
 store, so that any replica's page shows every item and every verdict. Adding is
 idempotent (a known trace merges), and a verdict replaces the one before, so reading
 one's own records back changes nothing.
@@ -26,8 +26,8 @@ from detectors.review.store import (
     verdict_from_record,
     verdict_record,
 )
-from monitor.replication import TopicPublisher, WholeTopicReader
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.replication import TopicPublisher, WholeTopicReader
+from monitor.contract.sidecar_registry import SidecarRegistry
 
 # Verdicts read before their item (the topics are read independently) wait here.
 MAX_EARLY_VERDICTS = 10_000

@@ -40,8 +40,8 @@ from detectors.review.cascade import (
 )
 from detectors.review.estimates import PassShare, interval_text, share_table
 from detectors.review.model import REASONS, SUPPORTED, Progress, ReviewItem, Verdict
-from monitor.events import InvalidRecord, parse_labels
-from monitor.report_tables import Table, tables_html, tables_markdown
+from monitor.contract.events import InvalidRecord, parse_labels
+from monitor.contract.report_tables import Table, tables_html, tables_markdown
 
 
 class ReviewedSource(Protocol):

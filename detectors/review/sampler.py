@@ -43,10 +43,10 @@ from detectors.review.model import (
     Stratum,
     with_evaluation,
 )
-from monitor.sampler import TokenBucket, trace_fraction
-from monitor.shared import PassRules
-from monitor.slicing import Slicer
-from monitor.trace import (
+from monitor.contract.sampler import TokenBucket, trace_fraction
+from monitor.contract.shared import PassRules
+from monitor.contract.slicing import Slicer
+from monitor.contract.trace import (
     EvaluationResult,
     Event,
     Feedback,

@@ -34,8 +34,8 @@ from detectors.review.model import (
     Verdict,
     with_evaluation,
 )
-from monitor.slicing import slices_from_record, slices_record
-from monitor.trace import (
+from monitor.contract.slicing import slices_from_record, slices_record
+from monitor.contract.trace import (
     Spans,
     TierVerdict,
     spans_from_record,

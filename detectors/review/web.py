@@ -1,7 +1,7 @@
 """The reviewer's web page: ``GET /review`` shows the next unreviewed item, blind;
 ``POST /review/<trace_id>`` records the verdict and answers 303 to the next one.
 
-It runs on the sidecar's bounded HTTP server (``monitor/http/service.py``), bound to
+It runs on the sidecar's bounded HTTP server (``monitor/contract/http/service.py``), bound to
 ``detectors.review.http`` (loopback by default). When the sidecar has a bearer token
 (``service.auth_token_env``) every request needs it: ``Authorization: Bearer``,
 or the session cookie that opening ``/review?token=<token>`` once sets (HttpOnly,
@@ -39,11 +39,11 @@ from detectors.review.page import (
     review_url,
     shows_spans,
 )
-from monitor.http.inflight import ByteBudget
-from monitor.http.limits import HttpLimits
-from monitor.http.service import HttpService
-from monitor.http.wire import Request, Response
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.http.limits import HttpLimits
+from monitor.contract.http.service import HttpService
+from monitor.contract.http.wire import Request, Response
+from monitor.contract.inflight import ByteBudget
+from monitor.contract.sidecar_registry import SidecarRegistry
 
 if TYPE_CHECKING:
     from detectors.review.config import ReviewHttpSettings

@@ -16,9 +16,9 @@ from detectors.shadow.names import (
     RETRIEVAL_OVERLAP,
     UNSCORABLE_TOTAL,
 )
-from monitor.guardrails import GuardrailsConfig
-from monitor.rulekit.fragments import Panel, Row
-from monitor.rulekit.promql import panel_increase, panel_quantile, panel_rate, panel_ratio
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.rulekit.fragments import Panel, Row
+from monitor.contract.rulekit.promql import panel_increase, panel_quantile, panel_rate, panel_ratio
 
 # A histogram with negative buckets has no _sum (client_python: a sum that can fall breaks
 # Prometheus's reset detection), so the signed deltas show as medians; the report has means.

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from monitor.components import Command
+from monitor.contract.components import Command
 
 if TYPE_CHECKING:
-    from monitor.config import Config
+    from monitor.contract.config import Config
 
 
 def _report_arguments(parser: argparse.ArgumentParser) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from detectors.shadow import alerting
 from detectors.shadow.commands import COMMANDS
 from detectors.shadow.config import ShadowConfig
-from monitor.components import BuildContext, DetectorComponent
-from monitor.detector import Detector
-from monitor.shared import REVIEW_ENABLED
+from monitor.contract.components import BuildContext, DetectorComponent
+from monitor.contract.detector import Detector
+from monitor.contract.shared import REVIEW_ENABLED
 
 
 def _build(config: ShadowConfig, context: BuildContext) -> Detector:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from monitor.section import Section
+from monitor.contract.section import Section
 
 
 class ShadowConfig(Section):

@@ -35,15 +35,15 @@ from detectors.shadow.model import (
 )
 from detectors.shadow.runner import JoinRunner
 from detectors.shadow.store import PairStore
-from monitor.kafka_connection import KafkaConnection
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.state import DEFAULT_STATE_MAX_BYTES
-from monitor.trace import Event, ExclusionOutcome, JudgeScore, RagTrace
-from monitor.variants import DEFAULT_VARIANTS
-from monitor.worker import Worker
+from monitor.contract.kafka_connection import KafkaConnection
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.state import DEFAULT_STATE_MAX_BYTES
+from monitor.contract.trace import Event, ExclusionOutcome, JudgeScore, RagTrace
+from monitor.contract.variants import DEFAULT_VARIANTS
+from monitor.contract.worker import Worker
 
 if TYPE_CHECKING:
-    from monitor.replication import TopicPublisher
+    from monitor.contract.replication import TopicPublisher
 
 log = structlog.get_logger("rag_monitor.shadow")
 
@@ -149,7 +149,7 @@ class ShadowDetector:
 
     def _start_replication(self, kafka: KafkaConnection, store: PairStore) -> None:
         from detectors.shadow.replication import HalvesConsumer
-        from monitor.replication import TopicPublisher, WholeTopicReader, client_settings
+        from monitor.contract.replication import TopicPublisher, WholeTopicReader, client_settings
 
         settings = client_settings(kafka)
         config, metrics = self.config, self.metrics

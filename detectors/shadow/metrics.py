@@ -28,9 +28,9 @@ from detectors.shadow.names import (
     RETRIEVAL_OVERLAP,
     UNSCORABLE_TOTAL,
 )
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import STAGES
-from monitor.variants import PRODUCTION, bounded_label
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import STAGES
+from monitor.contract.variants import PRODUCTION, bounded_label
 
 # Symmetric around 0: a shadow can be faster or slower, cheaper or dearer.
 _LATENCY = (0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0)

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
-from monitor.trace import STAGES, RagTrace
-from monitor.variants import PRODUCTION, variant_of
+from monitor.contract.trace import STAGES, RagTrace
+from monitor.contract.variants import PRODUCTION, variant_of
 
 HALF_SCHEMA = "rag-shadow-half/1"
 SIGNAL_SCHEMA = "rag-shadow-signal/1"

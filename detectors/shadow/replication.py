@@ -4,7 +4,7 @@ Every replica publishes its halves (and their late signals) to ``halves_topic`` 
 pair id, so both halves of a pair land on one partition. The replicas read that topic in
 one consumer group (``group_id``): the partition's owner joins the halves, records the
 metrics, and publishes each outcome to ``pairs_topic``, which every replica reads whole
-into its pair store (``monitor.replication.WholeTopicReader``).
+into its pair store (``monitor.contract.replication.WholeTopicReader``).
 
 Offsets are committed automatically: a half held in memory when its partition moves to
 another replica (a rebalance, a crash) does not meet its twin there, and both count as
@@ -21,9 +21,9 @@ from kafka import KafkaConsumer
 from detectors.shadow.metrics import ShadowMetrics
 from detectors.shadow.model import message_from_record
 from detectors.shadow.runner import JoinRunner
-from monitor.kafka_connection import KafkaConnection
-from monitor.replication import TopicReader, client_settings
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.kafka_connection import KafkaConnection
+from monitor.contract.replication import TopicReader, client_settings
+from monitor.contract.sidecar_registry import SidecarRegistry
 
 # kafka-python's default reconnect backoff grows to 30 s; a broker that came back should
 # be noticed sooner (as the trace consumer does).

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from detectors.shadow.comparison import Comparison, Estimate, Verdict, compare
 from detectors.shadow.store import PairStore
-from monitor.durations import parse_duration
-from monitor.report_tables import Table, tables_html, tables_markdown
+from monitor.contract.durations import parse_duration
+from monitor.contract.report_tables import Table, tables_html, tables_markdown
 
 
 def _iso(epoch: float) -> str:

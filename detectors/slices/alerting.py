@@ -1,9 +1,9 @@
 """The slices detector's rules and dashboard rows: every guardrail by slice, with tickets,
 and the regeneration rate by intent and the coverage matrix.
 
-Each guardrail's detector counts its production verdicts by slice (``monitor.slicing``);
+Each guardrail's detector counts its production verdicts by slice (``monitor.contract.slicing``);
 here, per sample window, each slice's share gets the evidence it rests on and its Wilson
-bound (``monitor.rulekit.evidence``), as the global guardrail does: the faithfulness pass
+bound (``monitor.contract.rulekit.evidence``), as the global guardrail does: the faithfulness pass
 share (by judge, kept to the running judges), the false-exclusion rate, each latency SLO
 stage's slow share; and the mean cost per query over the longest window. A slice alert is
 a ticket, never a page: the global guardrail pages; a slice says where to look, and
@@ -28,9 +28,9 @@ from detectors.slices.names import (
     SLICE_UNMATCHED_FEEDBACK_TOTAL,
     regeneration_ratio_by_intent,
 )
-from monitor.durations import parse_duration
-from monitor.guardrails import GuardrailsConfig
-from monitor.names import (
+from monitor.contract.durations import parse_duration
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.names import (
     JUDGE_INFO,
     SLICE_COST_REQUESTS_TOTAL,
     SLICE_COST_USD_TOTAL,
@@ -43,10 +43,10 @@ from monitor.names import (
     SLICE_LATENCY_SLOW_TOTAL,
     slice_recording,
 )
-from monitor.rulekit.corrected_rules import CorrectedShare, CorrectionEvidence
-from monitor.rulekit.evidence import BoundedShare, Side, derivation, hold_for, window_z
-from monitor.rulekit.fragments import Panel, Row, RuleFragment
-from monitor.rulekit.promql import (
+from monitor.contract.rulekit.corrected_rules import CorrectedShare, CorrectionEvidence
+from monitor.contract.rulekit.evidence import BoundedShare, Side, derivation, hold_for, window_z
+from monitor.contract.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.contract.rulekit.promql import (
     JOB,
     RATE,
     alert,
@@ -57,7 +57,7 @@ from monitor.rulekit.promql import (
     sum_increase,
     sum_rate,
 )
-from monitor.variants import PRODUCTION
+from monitor.contract.variants import PRODUCTION
 
 PROMTOOL_TESTS = [Path(__file__).with_name("alerting_test.yaml")]
 # Guardrail figures are production's: shadow and canary traffic is compared, not judged.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from detectors.slices import alerting
 from detectors.slices.config import SlicesConfig
-from monitor.components import BuildContext, DetectorComponent
-from monitor.detector import Detector
-from monitor.shared import SLICER, Provision
+from monitor.contract.components import BuildContext, DetectorComponent
+from monitor.contract.detector import Detector
+from monitor.contract.shared import SLICER, Provision
 
 
 def _build(config: SlicesConfig, context: BuildContext) -> Detector:

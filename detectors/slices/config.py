@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from monitor.section import Section
-from monitor.slicing import Slicer
-from monitor.variants import AllowList
+from monitor.contract.section import Section
+from monitor.contract.slicing import Slicer
+from monitor.contract.variants import AllowList
 
 MAX_SLICE_VALUES = 64  # per list: the coverage matrix has (intents + 2) x (types + 2) cells
 

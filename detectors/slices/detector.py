@@ -1,12 +1,12 @@
 """Intent and document-type slices: the regeneration rate by intent and the coverage matrix.
 
 ``rag.intent`` and a context metadata key (``document_type_key``) become the labels
-``intent`` and ``document_type`` through their allow-lists (``monitor.variants.
+``intent`` and ``document_type`` through their allow-lists (``monitor.contract.variants.
 bounded_label``): an unlisted value is ``other``, a missing one ``none``; never free text.
 
 - ``rag_slice_requests_total{intent,variant}``: every request.
 - ``rag_slice_regenerations_total{intent,variant}``: regenerate feedback and re-asks
-  (``monitor/reask.py``), as the feedback detector counts them globally. A feedback event
+  (``monitor/contract/reask.py``), as the feedback detector counts them globally. A feedback event
   names only its trace: the intent comes from a bounded map of recent traces
   (``max_tracked_traces``, ``feedback_ttl_s``); an event whose trace is not there (another
   replica's, evicted or expired) is counted in ``rag_slice_unmatched_feedback_total``.
@@ -33,12 +33,12 @@ from detectors.slices.names import (
     SLICE_REQUESTS_TOTAL,
     SLICE_UNMATCHED_FEEDBACK_TOTAL,
 )
-from monitor.detector import InlineDetector
-from monitor.reask import ReaskTracker
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.slicing import DOCUMENT_TYPE, INTENT
-from monitor.trace import Event, Feedback, RagTrace
-from monitor.variants import PRODUCTION, variant_of
+from monitor.contract.detector import InlineDetector
+from monitor.contract.reask import ReaskTracker
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.slicing import DOCUMENT_TYPE, INTENT
+from monitor.contract.trace import Event, Feedback, RagTrace
+from monitor.contract.variants import PRODUCTION, variant_of
 
 
 class SlicesDetector(InlineDetector):

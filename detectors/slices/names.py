@@ -3,9 +3,9 @@ its rules and its panels share."""
 
 from __future__ import annotations
 
-# The coverage counter is spelled by the core (monitor/names.py): the guardrail report
+# The coverage counter is spelled by the core (monitor/contract/names.py): the guardrail report
 # reads it too.
-from monitor import names as core
+from monitor.contract import names as core
 
 COVERAGE_REQUESTS_TOTAL = core.COVERAGE_REQUESTS_TOTAL
 

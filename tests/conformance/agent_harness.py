@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from detectors.faithfulness.triage import premise_of
-from monitor.trace import RagTrace, Usage
+from monitor.contract.trace import RagTrace, Usage
 from tests.conformance.conftest import Conformance, running_sidecar
 from tests.conformance.fake_openai import FakeOpenAI, Reply, answer_for
 from tests.conformance.onboarding import inspect_snippet, otlp_file, suggested_mappings

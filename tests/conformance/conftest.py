@@ -25,10 +25,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from monitor.detector import InlineDetector
-from monitor.sidecar import Sidecar
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import RagTrace
+from monitor.contract.detector import InlineDetector
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import RagTrace
+from monitor.runtime.sidecar import Sidecar
 from tests.conformance.fake_openai import FakeOpenAI
 from tests.conftest import make_config, merge_sections, sample, wait_until
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from detectors.evaluations.names import RESULTS_TOTAL, UNMATCHED_TOTAL
-from monitor.sidecar import Sidecar
+from monitor.runtime.sidecar import Sidecar
 from tests.conformance.conftest import pinned_venv
 from tests.conftest import sample, wait_until
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 from haystack import Document
 
-from monitor.trace import RagTrace
+from monitor.contract.trace import RagTrace
 from tests.conformance.conftest import Conformance, instrumented
 from tests.conformance.fake_openai import FakeOpenAI, Reply
 from tests.conformance.haystack_app import MODEL, ask, build_pipeline, expected_documents

@@ -12,7 +12,7 @@ from langchain_core.documents import Document
 from langchain_core.runnables import Runnable
 from openinference.instrumentation.langchain import LangChainInstrumentor
 
-from monitor.trace import RagTrace, Usage
+from monitor.contract.trace import RagTrace, Usage
 from tests.conformance.conftest import Conformance, instrumented
 from tests.conformance.fake_openai import FakeOpenAI, Reply
 from tests.conformance.langchain_app import (

@@ -15,7 +15,7 @@ import genai_prices
 import pytest
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 
-from monitor.trace import RagTrace
+from monitor.contract.trace import RagTrace
 from tests.conformance.conftest import Conformance, instrumented
 from tests.conformance.llama_index_app import (
     LLM_MODEL,

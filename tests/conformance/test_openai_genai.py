@@ -15,7 +15,7 @@ import genai_prices
 import pytest
 from openai import OpenAI
 
-from monitor.trace import RagTrace, Usage
+from monitor.contract.trace import RagTrace, Usage
 from tests.conformance.conftest import Conformance, instrumented
 from tests.conformance.fake_openai import FakeOpenAI, Reply, embed
 from tests.conformance.openai_app import (

@@ -30,7 +30,7 @@ from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 from opentelemetry.instrumentation.utils import unwrap
 
 from collectors.spans.documents import derived_id
-from monitor.trace import RagTrace, Usage
+from monitor.contract.trace import RagTrace, Usage
 from tests.conformance.conftest import Conformance, instrumented
 from tests.conformance.fake_openai import FakeOpenAI, Reply
 from tests.conformance.langchain_app import MODEL, build_chain, expected_documents

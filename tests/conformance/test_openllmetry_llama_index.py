@@ -26,8 +26,8 @@ from opentelemetry.instrumentation.llamaindex import LlamaIndexInstrumentor
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from monitor.names import FIELDS_TOTAL
-from monitor.trace import RagTrace, Usage
+from monitor.contract.names import FIELDS_TOTAL
+from monitor.contract.trace import RagTrace, Usage
 from tests.conformance.conftest import Conformance, running_sidecar
 from tests.conformance.llama_index_app import (
     LLM_MODEL,

@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.sidecar_registry import SidecarRegistry
 from tests.fuzz import targets
 
 # The review page's form budget (detectors.review.http.max_body_bytes) and head budget
@@ -140,7 +140,7 @@ def review_page() -> tuple[targets.ReviewPage, targets.ReviewStore]:
 
 def _served(service: targets.HttpService, data: bytes) -> targets.Response | None:
     """One HTTP request as the server reads it (the head, then the declared body) through
-    the service's ``refuse`` and ``handle``, as ``monitor/http/service.py`` calls them;
+    the service's ``refuse`` and ``handle``, as ``monitor/contract/http/service.py`` calls them;
     None where the server answers on its own or waits for more bytes."""
     end = data.find(targets.HEAD_END) + len(targets.HEAD_END)
     if end < len(targets.HEAD_END) or end > service.limits.max_header_bytes:

@@ -35,13 +35,13 @@ from detectors.review.model import ReviewContext, ReviewItem
 from detectors.review.store import ReviewStore
 from detectors.review.web import SESSION_COOKIE, ReviewPage
 from monitor import config, events, trace
-from monitor.config import ConfigError, load_config
-from monitor.events import InvalidRecord, parse_feedback, parse_labels
-from monitor.http import wire
-from monitor.http.service import HttpService
-from monitor.http.wire import HEAD_END, Response, parse_head
-from monitor.pipeline import Pipeline
-from monitor.pipeline_metrics import PipelineMetrics
+from monitor.contract.events import InvalidRecord, parse_feedback, parse_labels
+from monitor.contract.http import wire
+from monitor.contract.http.service import HttpService
+from monitor.contract.http.wire import HEAD_END, Response, parse_head
+from monitor.contract.pipeline_metrics import PipelineMetrics
+from monitor.runtime.config_loading import ConfigError, load_config
+from monitor.runtime.pipeline import Pipeline
 
 __all__ = [
     "HEAD_END",

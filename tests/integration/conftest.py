@@ -33,8 +33,8 @@ from opentelemetry.trace import set_span_in_context
 
 from detectors.review.detector import ReviewDetector
 from detectors.review.store import ReviewStore
-from monitor.config import Config
-from monitor.sidecar import Sidecar
+from monitor.contract.config import Config
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import (
     CALLER,
     DOCUMENTS,

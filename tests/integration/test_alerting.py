@@ -16,8 +16,8 @@ from genai_prices import calc_price
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
 from alerts.rules import render_rules
-from monitor.config import Config
-from monitor.sidecar import Sidecar
+from monitor.contract.config import Config
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import sample, wait_until
 from tests.integration.conftest import (
     JOB,

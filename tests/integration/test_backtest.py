@@ -18,8 +18,8 @@ from alerts.backtest_command import parse_incident
 from alerts.rules import build_rules
 from alerts.scratch import ScratchPrometheus, import_openmetrics, write_openmetrics_series
 from alerts.simulate import simulate, write_openmetrics
-from monitor.config import load_config
-from monitor.rulekit.simulation import World
+from monitor.contract.rulekit.simulation import World
+from monitor.runtime.config_loading import load_config
 from tests.integration.conftest import binary
 
 pytestmark = pytest.mark.integration

@@ -15,11 +15,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from detectors.release.detector import MAX_ENVIRONMENTS_PER_VERSION
-from monitor.config import Config
-from monitor.intake import Events, WholeTrace
-from monitor.sidecar import Sidecar
-from monitor.trace import Context, Feedback, Label, RagTrace
-from monitor.variants import NONE, OTHER
+from monitor.contract.config import Config
+from monitor.contract.trace import Context, Feedback, Label, RagTrace
+from monitor.contract.variants import NONE, OTHER
+from monitor.contract.work_items import Events, WholeTrace
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import sample, wait_until
 from tests.hhem_checkpoint import build_checkpoint
 

@@ -15,7 +15,7 @@ from alerts.dashboard import build_dashboard, panel_queries
 from alerts.guardrail_row import ALERTS_TITLE
 from alerts.rules import render_rules
 from detectors.review.model import Verdict
-from monitor.sidecar import Sidecar
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import PROBES, golden_set_lines, sample, unique, wait_until
 from tests.hhem_checkpoint import build_checkpoint
 from tests.integration.conftest import (

@@ -19,9 +19,9 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from detectors.drift.alerting import rules
 from detectors.drift.config import DriftConfig
 from detectors.drift.report import write_report
-from monitor.config import Config
-from monitor.guardrails import GuardrailsConfig
-from monitor.sidecar import Sidecar
+from monitor.contract.config import Config
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import PROBES, Probe, golden_set_lines, sample, wait_until
 from tests.integration.conftest import Services, probe_request, query_series, send_query_vectors
 from tests.otel_traffic import emit_rag_request, tracer_for

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monitor.sidecar import Sidecar
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import sample, state_bytes, wait_until
 from tests.integration.conftest import send_query_vectors
 

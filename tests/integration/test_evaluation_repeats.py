@@ -22,7 +22,7 @@ from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Tracer, set_span_in_context
 
 from detectors.evaluations.names import DUPLICATES_TOTAL, RESULTS_TOTAL, UNMATCHED_TOTAL
-from monitor.sidecar import Sidecar
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import sample, wait_until
 from tests.integration.test_evaluation_results import EVALUATIONS, EVENT
 from tests.otel_traffic import tracer_for

@@ -19,10 +19,10 @@ from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
 
 from detectors.evaluations.names import DUPLICATES_TOTAL, RESULTS_TOTAL, UNMATCHED_TOTAL
-from monitor.detector import InlineDetector
-from monitor.intake import Events
-from monitor.sidecar import Sidecar
-from monitor.trace import EvaluationResult, Event, JudgeScore, RagTrace
+from monitor.contract.detector import InlineDetector
+from monitor.contract.trace import EvaluationResult, Event, JudgeScore, RagTrace
+from monitor.contract.work_items import Events
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import sample, wait_until
 from tests.fake_openai import Script, fake_openai
 from tests.integration.conftest import post

@@ -11,7 +11,7 @@ import pytest
 from kafka import TopicPartition
 
 from collectors.kafka.dead_letter import REASON_HEADER, SOURCE_OFFSET_HEADER
-from monitor.sidecar import Sidecar
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import sample, unique, wait_until
 from tests.integration.conftest import Broker, kafka_settings, post
 

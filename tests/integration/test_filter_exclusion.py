@@ -15,7 +15,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
 from detectors.filter_exclusion.detector import FilterExclusionDetector
-from monitor.sidecar import Sidecar
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import (
     PROBES,
     assert_worked_example,

@@ -27,9 +27,9 @@ from alerts.guardrail_series import guardrails, recorded_names
 from alerts.rules import build_rules
 from alerts.scratch import ScratchPrometheus, import_openmetrics, write_openmetrics_series
 from alerts.simulate import simulate, write_openmetrics
-from monitor.components import load_components
-from monitor.config import load_config
-from monitor.rulekit.simulation import DEFAULT_START_S, World
+from monitor.contract.components import load_components
+from monitor.contract.rulekit.simulation import DEFAULT_START_S, World
+from monitor.runtime.config_loading import load_config
 from tests.integration.conftest import binary, headless_chromium
 
 pytestmark = pytest.mark.integration

@@ -26,10 +26,10 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from collectors.otlp.config import OtlpConfig
 from collectors.otlp.grpc import OtlpGrpcReceiver
-from monitor.config import HttpListener
-from monitor.intake import WorkItem
-from monitor.pipeline_metrics import PipelineMetrics
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.pipeline_metrics import PipelineMetrics
+from monitor.contract.service_config import HttpListener
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.work_items import WorkItem
 from tests.conftest import SidecarProcess, sdk_request, wait_until
 from tests.integration.conftest import otlp_http_port
 from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for

@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import set_span_in_context
 
-from monitor.coverage import DEFAULT_INSTRUMENTATIONS
+from monitor.contract.field_presence import DEFAULT_INSTRUMENTATIONS
 from tests.conftest import REPO, SidecarProcess, to_otlp_json, wait_until
 from tests.integration.conftest import otlp_http_port
 from tests.otel_traffic import MemoryExporter

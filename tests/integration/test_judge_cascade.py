@@ -23,8 +23,8 @@ from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.judge_choice import open_judge
 from detectors.faithfulness.judge_contract import JudgePair, JudgeResult
 from detectors.faithfulness.worker import ScoringWorker
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import Context, RagTrace, TierVerdict
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import Context, RagTrace, TierVerdict
 from tests.conftest import sample, wait_until
 from tests.fake_openai import Script, Seen, fake_openai
 from tests.hhem_checkpoint import build_checkpoint

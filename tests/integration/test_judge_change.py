@@ -20,8 +20,8 @@ from alerts.scratch import ScratchPrometheus, import_openmetrics, query_range
 from alerts.simulate import simulate, write_openmetrics
 from detectors.faithfulness.alerting import rows
 from detectors.faithfulness.simulate import JUDGES
-from monitor.config import load_config
-from monitor.rulekit.simulation import DEFAULT_START_S, World
+from monitor.contract.rulekit.simulation import DEFAULT_START_S, World
+from monitor.runtime.config_loading import load_config
 from tests.integration.conftest import binary
 
 pytestmark = pytest.mark.integration

@@ -42,7 +42,7 @@ from collectors.kafka.dead_letter import (
     SOURCE_PARTITION_HEADER,
     SOURCE_TOPIC_HEADER,
 )
-from monitor.sidecar import Sidecar
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import (
     SidecarProcess,
     free_port,

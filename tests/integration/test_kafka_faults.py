@@ -20,12 +20,12 @@ from structlog.testing import capture_logs
 from collectors.kafka.collector import KafkaCollector
 from collectors.kafka.dead_letter import REASON_HEADER, REFERENCE_HEADER, SOURCE_OFFSET_HEADER
 from collectors.spans.assembly import SpanAssembly
-from monitor.detector import InlineDetector
-from monitor.pipeline import Pipeline
-from monitor.pipeline_metrics import PipelineMetrics
-from monitor.sidecar import Sidecar
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import RagTrace
+from monitor.contract.detector import InlineDetector
+from monitor.contract.pipeline_metrics import PipelineMetrics
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import RagTrace
+from monitor.runtime.pipeline import Pipeline
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import SidecarProcess, free_port, make_config, sample, unique, wait_until
 from tests.integration.conftest import (
     CONSUMER_SETTINGS,

@@ -25,9 +25,9 @@ from detectors.faithfulness.judge_contract import JudgePair
 from detectors.faithfulness.llm_judge import LlmJudge
 from detectors.review.model import Verdict
 from detectors.review.report import build_report, summary
-from monitor.sidecar import Sidecar
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import Context, Event, JudgeScore, RagTrace
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import Context, Event, JudgeScore, RagTrace
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import sample, wait_until
 from tests.fake_openai import USAGE, FakeOpenAI, Script, fake_openai
 from tests.integration.conftest import store_of

@@ -28,8 +28,8 @@ from detectors.faithfulness.hhem import (
     HhemScorer,
     read_checkpoint,
 )
-from monitor.config import load_config
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.runtime.config_loading import load_config
 from tests.conftest import REPO, free_port, make_config, sample, wait_until
 from tests.fake_hub import FakeHub, Files, files_of, hub_environ, publish_hhem, serve_hub
 from tests.hhem_checkpoint import reference_scores

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-from monitor.sidecar import Sidecar
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.verdict_exports.phoenix import ANNOTATION_NAME, PhoenixAnnotator
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.verdict_exports.phoenix import ANNOTATION_NAME, PhoenixAnnotator
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import free_port, sample, wait_until
 from tests.hhem_checkpoint import Tiny, build_checkpoint, reference_scores
 from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for

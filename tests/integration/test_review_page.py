@@ -25,8 +25,8 @@ from detectors.review.model import ReviewContext, ReviewItem, Verdict
 from detectors.review.report import export_golden
 from detectors.review.store import ReviewStore
 from detectors.review.web import ReviewPage
-from monitor.rulekit.prediction_powered import ReviewedPairs
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.rulekit.prediction_powered import ReviewedPairs
+from monitor.contract.sidecar_registry import SidecarRegistry
 from tests.integration.conftest import headless_chromium
 
 pytestmark = pytest.mark.integration

@@ -19,9 +19,9 @@ from detectors.review.config import MaxPerHour
 from detectors.review.model import Stratum, Verdict
 from detectors.review.report import write_report
 from detectors.review.sampler import stratum_fraction
-from monitor.detector import InlineDetector
-from monitor.sidecar import Sidecar
-from monitor.trace import Event, JudgeScore, RagTrace
+from monitor.contract.detector import InlineDetector
+from monitor.contract.trace import Event, JudgeScore, RagTrace
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import sample, unique, wait_until
 from tests.hhem_checkpoint import build_checkpoint
 from tests.integration.conftest import Broker, kafka_settings, post, review_detector, store_of

@@ -20,9 +20,9 @@ import orjson
 import pytest
 
 from detectors.faithfulness.scorer import MAX_POLL_RECORDS
-from monitor.sampler import trace_fraction
-from monitor.sidecar import Sidecar
-from monitor.trace import Event, UnscoredAnswer
+from monitor.contract.sampler import trace_fraction
+from monitor.contract.trace import Event, UnscoredAnswer
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import REPO, SidecarProcess, sample, unique, wait_until
 from tests.fake_openai import FakeOpenAI, fake_openai
 from tests.hhem_checkpoint import build_checkpoint

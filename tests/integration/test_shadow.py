@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from detectors.shadow.detector import ShadowDetector
-from monitor.sidecar import Sidecar
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import (
     PROBES,
     REPO,

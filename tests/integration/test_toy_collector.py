@@ -4,18 +4,16 @@ pipeline, and adds its alert and panel, without edits outside its package."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-from tests.conftest import SidecarProcess, to_otlp_json, wait_until
-from tests.otel_traffic import MemoryExporter, RagRequest, emit_rag_request, tracer_for
+from tests.conftest import SidecarProcess, wait_until
 
 TOY = Path(__file__).resolve().parents[1] / "testdata" / "toy_collector"
 
@@ -70,18 +68,25 @@ def test_the_toy_adds_its_alert_and_panel(command: str, expected: str) -> None:
 def test_a_running_sidecar_reads_through_the_toy(
     tmp_path: Path, sidecar_process: Callable[..., SidecarProcess]
 ) -> None:
-    """Spans the toy reads from its file become a request; its metric counts each line."""
-    exporter = MemoryExporter()
-    _, tracer = tracer_for(exporter)
-    emit_rag_request(tracer, RagRequest(time.time_ns()))
+    """A request the toy reads from its file reaches the pipeline; its metric counts each
+    line, those that are no request as invalid."""
+    request = {
+        "trace_id": "0af7651916cd43dd8448eb211c80319c",
+        "time": "2026-12-07T10:00:00Z",
+        "query": "How long is the warranty?",
+        "answer": "Two years.",
+        "contexts": [{"doc_id": "warranty", "text": "The warranty lasts two years."}],
+        "stages": {"total": 0.4},
+    }
     traces = tmp_path / "traces.jsonl"
     traces.write_bytes(b"")
     sidecar = sidecar_process({"collectors": {"toy_file": {"path": str(traces)}}}).start()
     sidecar.wait_ready()
     assert b"rag_toy_file_lines_total" in sidecar.get("/metrics")[1]
     with traces.open("ab") as out:
-        out.write(to_otlp_json(encode_spans(exporter.spans).SerializeToString()) + b"\n")
+        out.write(json.dumps(request).encode() + b"\n")
         out.write(b"not json\n")
-    wait_until(lambda: sidecar.metric("rag_toy_file_lines_total", outcome="invalid") == 1.0)
+        out.write(b'{"trace_id": "no time"}\n')
+    wait_until(lambda: sidecar.metric("rag_toy_file_lines_total", outcome="invalid") == 2.0)
     assert sidecar.metric("rag_toy_file_lines_total", outcome="ok") == 1.0
     wait_until(lambda: sidecar.metric("rag_requests_total", source="otlp") == 1.0)

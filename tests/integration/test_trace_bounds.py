@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from monitor.sidecar import Sidecar
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import sample, sdk_request, wait_until
 from tests.integration.conftest import post
 

@@ -31,7 +31,7 @@ so neither side depends on which checkout the environment was installed from. RE
 requirements (and the working tree's) must hold in this environment: they are checked
 first and the run stops naming any that do not; a commit that needs other packages is
 compared from a venv that has them. The sidecar config is bench_ingest's; where REF's
-config has a key at an older place (``monitor.config.MOVED_KEYS``), REF's
+config has a key at an older place (``monitor.runtime.config_loading.MOVED_KEYS``), REF's
 ``check-config`` decides which layout it gets.
 """
 
@@ -60,7 +60,7 @@ sys.path.insert(0, str(REPO))
 import yaml  # noqa: E402
 from packaging.requirements import Requirement  # noqa: E402
 
-from monitor.config import MOVED_KEYS  # noqa: E402
+from monitor.runtime.config_loading import MOVED_KEYS  # noqa: E402
 from tests.conftest import SidecarProcess, free_port  # noqa: E402
 from tests.perf.bench_ingest import (  # noqa: E402
     SPANS_PER_TRACE,

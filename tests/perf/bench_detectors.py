@@ -16,8 +16,8 @@ from detectors.cost.detector import CostDetector
 from detectors.feedback.detector import FeedbackDetector
 from detectors.latency.config import LatencyConfig
 from detectors.latency.detector import LatencyDetector
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import RagTrace, Usage
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import RagTrace, Usage
 
 MODELS = (("gpt-4o-mini", "openai"), ("gpt-4o", "openai"), ("claude-sonnet-4-5", "anthropic"))
 

@@ -58,9 +58,9 @@ def state_growth(args: argparse.Namespace) -> dict[str, Any]:
     """Size of the drift state after every minute of ``args.rate`` vectors/s (traffic time)."""
     from detectors.drift.config import DriftConfig
     from detectors.drift.detector import DriftDetector
-    from monitor.log import configure_logging
-    from monitor.sidecar_registry import SidecarRegistry
-    from monitor.trace import RagTrace
+    from monitor.contract.sidecar_registry import SidecarRegistry
+    from monitor.contract.trace import RagTrace
+    from monitor.runtime.log import configure_logging
 
     configure_logging("warning")  # a line per test would dominate the run
 

@@ -17,7 +17,7 @@ waited to be answered 200 (it retries 503s after their Retry-After).
 the parsed ``ExportTraceServiceRequest`` (OTLP/JSON: the parsed document) and the
 decoded spans, for bench_ingest's document-carrying requests (protobuf and JSON) and
 for requests of many small spans
-(``monitor.http.inflight.OTLP_DECODE_FACTOR`` is taken from these).
+(``monitor.contract.inflight.OTLP_DECODE_FACTOR`` is taken from these).
 """
 
 from __future__ import annotations

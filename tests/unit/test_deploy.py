@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from monitor.config import Config
+from monitor.contract.config import Config
 
 DEPLOY = Path(__file__).resolve().parent.parent.parent / "deploy"
 

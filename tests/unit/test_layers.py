@@ -1,6 +1,8 @@
-"""Imports go one way: the core imports no component; components import only the core; the
-demo, an application on top, imports the core and the rules ``alerts`` generates. Modules
-and functions stay small, and every metric name is spelled once, in a names.py."""
+"""Imports go one way: the core imports no component; components import only the core's
+contract (``monitor.contract``), never its runtime (``monitor.runtime``), and the contract
+imports nothing of the runtime; the demo, an application on top, imports the core and the
+rules ``alerts`` generates. Modules and functions stay small, and every metric name is
+spelled once, in a names.py."""
 
 from __future__ import annotations
 
@@ -39,10 +41,11 @@ def _imports(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def _owner(path: Path) -> str:
-    """``monitor``, ``alerts``, ``demo``, ``detectors.<name>`` for a detector package,
-    ``collectors.<name>`` for a collector package, ``collectors`` for a module beside them."""
+    """``monitor.contract``, ``monitor.runtime``, ``monitor`` (its two entry modules),
+    ``alerts``, ``demo``, ``detectors.<name>`` for a detector package, ``collectors.<name>``
+    for a collector package, ``collectors`` for a module beside them."""
     parts = path.relative_to(ROOT).parts
-    if parts[0] in ("detectors", "collectors") and len(parts) > 2:
+    if parts[0] in ("detectors", "collectors", "monitor") and len(parts) > 2:
         return f"{parts[0]}.{parts[1]}"
     return parts[0]
 
@@ -56,7 +59,10 @@ def _allowed(owner: str, module: str) -> bool:
     if top not in PACKAGES:
         return True  # the standard library and third-party packages
     if top == "monitor":
-        return True  # the core: everyone may import it
+        # The contract stands below the runtime; a component sees only the contract.
+        if owner == "monitor.contract" or owner.startswith(("detectors.", "collectors")):
+            return _within(module, "monitor.contract")
+        return True
     if owner.startswith(("detectors.", "collectors")):
         # A module beside the collectors' packages (owner ``collectors``) is no package.
         own = () if owner == "collectors" else (owner,)
@@ -64,11 +70,18 @@ def _allowed(owner: str, module: str) -> bool:
     return top == owner or top in MAY_ALSO_IMPORT.get(owner, ())
 
 
+# The tests' third-party components, installed from outside the repository: they too may
+# import only the contract.
+THIRD_PARTY = ("tests/testdata/toy_collector", "tests/testdata/toy_detector")
+
+
 def _violations() -> list[str]:
     found = []
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            owner = _owner(path)
+    paths = [(package, ROOT / package) for package in PACKAGES]
+    paths += [("collectors.third_party", ROOT / folder) for folder in THIRD_PARTY]
+    for package, folder in paths:
+        for path in sorted(folder.rglob("*.py")):
+            owner = package if package.endswith("third_party") else _owner(path)
             for line, module in _imports(path):
                 if not _allowed(owner, module):
                     found.append(f"{path.relative_to(ROOT)}:{line}: {owner} imports {module}")
@@ -88,20 +101,28 @@ def test_imports_follow_the_layers() -> None:
         ("monitor", "collectors.spans.assembly", False),
         ("monitor", "detectors.drift.report", False),
         ("monitor", "alerts.rules", False),
-        ("collectors", "monitor.pipeline", True),
+        ("collectors", "monitor.contract.work_items", True),
+        ("collectors", "monitor.runtime.pipeline", False),
+        ("detectors.cost", "monitor.runtime.config_loading", False),
+        ("detectors.cost", "monitor", False),
+        ("monitor.contract", "monitor.runtime.sidecar", False),
+        ("monitor.contract", "monitor.contract.trace", True),
+        ("monitor.runtime", "monitor.contract.trace", True),
+        ("monitor.runtime", "collectors.spans", False),
+        ("monitor", "monitor.runtime.cli", True),
         ("collectors", "detectors.cost", False),
-        ("detectors.cost", "monitor.trace", True),
+        ("detectors.cost", "monitor.contract.trace", True),
         ("detectors.cost", "detectors.cost.config", True),
         ("detectors.cost", "detectors.latency.config", False),
         ("detectors.cost", "detectors", False),
         ("detectors.cost", "collectors.kafka.records", False),
-        ("alerts", "monitor.components", True),
+        ("alerts", "monitor.contract.components", True),
         ("alerts", "detectors.drift.alerting", False),
         ("alerts", "demo.run", False),
         ("monitor", "demo.command", False),
         ("collectors", "demo.service", False),
         ("detectors.cost", "alerts.rules", False),
-        ("demo", "monitor.sidecar", True),
+        ("demo", "monitor.runtime.sidecar", True),
         ("demo", "alerts.rules", True),
         ("demo", "detectors.drift.config", False),
         ("demo", "collectors.otlp.http", False),
@@ -143,7 +164,7 @@ def _sections_read(tree: ast.AST) -> Iterator[tuple[int, str]]:
 
 def test_a_detector_reads_no_siblings_section() -> None:
     """No detector package reads another detector's config section: what one needs from
-    another is provided through the core (monitor.shared, BuildContext.shared)."""
+    another is provided through the core (monitor.contract.shared, BuildContext.shared)."""
     found = []
     for package in sorted(path for path in (ROOT / "detectors").iterdir() if path.is_dir()):
         for path in sorted(package.rglob("*.py")):
@@ -266,7 +287,7 @@ def test_every_declared_family_is_spelled_in_a_names_module() -> None:
 
 def test_each_metric_name_is_spelled_once() -> None:
     """No two names.py files spell the same family: a name read by another component is
-    the core's (monitor/names.py)."""
+    the core's (monitor/contract/names.py)."""
     owners: dict[str, list[str]] = {}
     for path in _names_modules():
         for name in _spelled_names(path):

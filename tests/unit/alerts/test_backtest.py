@@ -14,12 +14,11 @@ from alerts.scratch import BacktestError, block_duration, chunks, find_tools
 from alerts.simulate import simulate
 from detectors.evaluations import names as evaluations
 from detectors.latency.simulate import HEALTHY_P95_S
-from monitor.buckets import LATENCY_BUCKETS
-from monitor.cli import main
-from monitor.config import Config
-from monitor.names import EVALUATION_AGREEMENT_TOTAL, FIELDS_TOTAL, JUDGE_AGREEMENT_TOTAL
-from monitor.rulekit.prediction_powered import ReviewedPairs, judge_bias
-from monitor.rulekit.simulation import (
+from monitor.contract.buckets import LATENCY_BUCKETS
+from monitor.contract.config import Config
+from monitor.contract.names import EVALUATION_AGREEMENT_TOTAL, FIELDS_TOTAL, JUDGE_AGREEMENT_TOTAL
+from monitor.contract.rulekit.prediction_powered import ReviewedPairs, judge_bias
+from monitor.contract.rulekit.simulation import (
     JUDGE_BIAS,
     JUDGE_FALSE_PASS,
     REVIEWS_PER_WEEK,
@@ -28,6 +27,7 @@ from monitor.rulekit.simulation import (
     World,
     diurnal_expected,
 )
+from monitor.runtime.cli import main
 
 DAY_S = 86_400
 
@@ -395,7 +395,7 @@ def test_incident_outside_the_counted_days_is_refused(capsys: pytest.CaptureFixt
 )
 def test_config_applies_wherever_it_is_given(argv: list[str]) -> None:
     """``--config`` reaches the backtest before or after the word ``backtest``."""
-    from monitor.cli import build_parser
+    from monitor.runtime.cli import build_parser
 
     assert str(build_parser().parse_args(argv).config) == "mine.yaml"
 

@@ -25,8 +25,9 @@ from alerts.reference import (
     role_families,
 )
 from alerts.rules import render_rules
-from monitor.components import load_components
-from monitor.config import Config, config_keys
+from monitor.contract.components import load_components
+from monitor.contract.config import Config
+from monitor.runtime.config_loading import config_keys
 from tests.conftest import REPO
 
 DOCS = REPO / "docs"

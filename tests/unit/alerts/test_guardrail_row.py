@@ -11,7 +11,7 @@ from alerts.dashboard import build_dashboard
 from alerts.guardrail_row import ALERTS_TITLE, SLICES_TITLE, TITLE
 from alerts.guardrail_series import recorded_names, runbooks
 from alerts.rules import build_rules
-from monitor.config import Config
+from monitor.contract.config import Config
 
 NAMES = re.compile(r"(?<![\w:])(rag[:_][\w:]+)")
 

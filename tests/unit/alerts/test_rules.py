@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from alerts.rules import build_rules, render_rules, rule_fragments, write_promtool_suite
-from monitor.components import DetectorComponent, load_components
-from monitor.config import Config, ConfigError, load_config
-from monitor.rulekit.fragments import RuleFragment
+from monitor.contract.components import DetectorComponent, load_components
+from monitor.contract.config import Config
+from monitor.contract.rulekit.fragments import RuleFragment
+from monitor.runtime.config_loading import ConfigError, load_config
 from tests.conftest import REPO
 
 ALERTS_DIR = REPO / "alerts"
@@ -346,8 +347,8 @@ def test_demo_evaluator_reads_the_generated_conditions() -> None:
     from prometheus_client import Counter, Histogram
 
     from demo.rule_evaluation import BREACH, NO_EVIDENCE, NOT_HERE, OK, RuleEvaluator
-    from monitor.rulekit.evidence import wilson, window_z
-    from monitor.sidecar_registry import SidecarRegistry
+    from monitor.contract.rulekit.evidence import wilson, window_z
+    from monitor.contract.sidecar_registry import SidecarRegistry
 
     registry = SidecarRegistry()
     latency = Histogram(
@@ -404,7 +405,7 @@ def test_demo_evaluator_window_reaches_back_to_the_look_window_s_ago() -> None:
     from prometheus_client import Counter
 
     from demo.rule_evaluation import RuleEvaluator
-    from monitor.sidecar_registry import SidecarRegistry
+    from monitor.contract.sidecar_registry import SidecarRegistry
 
     registry = SidecarRegistry()
     eligible = Counter("rag_filter_eligible_queries_total", "", ["variant"], registry=registry)
@@ -427,7 +428,7 @@ def test_demo_evaluator_reads_alternatives_joined_by_or() -> None:
     from prometheus_client import Gauge
 
     from demo.rule_evaluation import BREACH, OK, RuleEvaluator
-    from monitor.sidecar_registry import SidecarRegistry
+    from monitor.contract.sidecar_registry import SidecarRegistry
 
     registry = SidecarRegistry()
     labels = ["signal"]

@@ -1,21 +1,25 @@
-"""The toy collector: tails a file of OTLP/JSON export requests (one a line, as the
-OpenTelemetry Collector's ``file`` exporter writes them) into the pipeline. Its settings
-are ``collectors.toy_file``; its own metric counts the lines it read."""
+"""The toy collector: tails a file of finished requests, one JSON object a line (the fields
+of ``RagTrace``: ``trace_id``, ``time``, ``query``, ``answer``, ``contexts``, ...), into the
+pipeline. Its settings are ``collectors.toy_file``; its own metric counts the lines it
+read. Like any third-party component it imports only the core's contract
+(``monitor.contract``)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import Counter
-from pydantic import Field
+from pydantic import Field, ValidationError
 
-from collectors.otlp import export_decoding
-from monitor.components import CollectorComponent, CollectorContext, Receiver
-from monitor.guardrails import GuardrailsConfig
-from monitor.intake import Consumer
-from monitor.rulekit.fragments import Panel, Row, RuleFragment
-from monitor.section import Section
+from monitor.contract.components import CollectorComponent, CollectorContext, Receiver
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.work_items import Consumer, WholeTrace
+from monitor.contract.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.contract.section import Section
+from monitor.contract.trace import RagTrace
 
 LINES_TOTAL = "rag_toy_file_lines_total"
 
@@ -70,17 +74,24 @@ class ToyFileReceiver:
                 if not line.endswith(b"\n"):
                     break  # a line still being written: read it whole next time
                 self._offset += len(line)
-                # The intake step the built-in collectors share: a batch, or a refusal.
-                try:
-                    batch, _ = export_decoding.spans(line, True, "otlp", self._consumer.metrics)
-                except export_decoding.Invalid:
+                trace = _request(line)
+                if trace is None:
                     self._lines.labels("invalid").inc()
                     continue
-                except export_decoding.Empty:
-                    self._lines.labels("ok").inc()
-                    continue
-                self._consumer.submit(batch, timeout=2.0)
+                self._consumer.submit(WholeTrace(trace), timeout=2.0)
                 self._lines.labels("ok").inc()
+
+
+def _request(line: bytes) -> RagTrace | None:
+    """The request a line holds, validated as the contract's ``RagTrace``; None for a line
+    that is no JSON object or not a valid request (counted, never raised)."""
+    try:
+        fields: Any = json.loads(line)
+        if not isinstance(fields, dict):
+            return None
+        return RagTrace(**{**fields, "source": "otlp"})
+    except (ValueError, TypeError, ValidationError):
+        return None
 
 
 def build(config: ToyFileConfig, context: CollectorContext) -> Receiver | None:

@@ -7,12 +7,12 @@ from typing import ClassVar
 from prometheus_client import Counter
 from pydantic import Field
 
-from monitor.components import BuildContext, DetectorComponent
-from monitor.detector import Detector, InlineDetector
-from monitor.guardrails import GuardrailsConfig
-from monitor.rulekit.fragments import Panel, Row, RuleFragment
-from monitor.section import Section
-from monitor.trace import Event
+from monitor.contract.components import BuildContext, DetectorComponent
+from monitor.contract.detector import Detector, InlineDetector
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.rulekit.fragments import Panel, Row, RuleFragment
+from monitor.contract.section import Section
+from monitor.contract.trace import Event
 
 EVENTS_TOTAL = "rag_toy_events_total"
 

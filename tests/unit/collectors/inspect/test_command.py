@@ -21,9 +21,9 @@ from collectors.inspect.view import render, shown
 from collectors.spans.config import MappingConfig
 from collectors.spans.openinference import TraceMapper
 from collectors.spans.span import Span, SpanEvent
-from monitor.cli import main
-from monitor.config import Config
-from monitor.coverage import PRESENT
+from monitor.contract.config import Config
+from monitor.contract.field_presence import PRESENT
+from monitor.runtime.cli import main
 from tests.conftest import to_otlp_json, wait_until
 from tests.otel_traffic import MemoryExporter, tracer_for
 from tests.unit.collectors.spans.test_openinference import span as openinference_span

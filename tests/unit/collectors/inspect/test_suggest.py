@@ -13,7 +13,7 @@ import yaml
 from collectors.inspect.view import summary
 from collectors.spans.config import MappingConfig
 from collectors.spans.openinference import TraceMapper
-from monitor.coverage import DEFAULT_INSTRUMENTATIONS
+from monitor.contract.field_presence import DEFAULT_INSTRUMENTATIONS
 from tests.unit.collectors.inspect.test_command import SCOPE, report_of, span
 from tests.unit.collectors.spans import test_named_json as named_json
 from tests.unit.collectors.spans.test_named_json import (

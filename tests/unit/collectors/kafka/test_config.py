@@ -11,8 +11,8 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from collectors.kafka.dead_letter import producer_settings
 from collectors.kafka.group import consumer_settings, group_instance_id
-from monitor.config import ConfigError, load_config
-from monitor.kafka_connection import CONSUMER_SETTINGS, OWNED_SETTINGS, SECURITY_SETTINGS
+from monitor.contract.kafka_connection import CONSUMER_SETTINGS, OWNED_SETTINGS, SECURITY_SETTINGS
+from monitor.runtime.config_loading import ConfigError, load_config
 
 SASL = {
     "security_protocol": "SASL_SSL",

@@ -10,11 +10,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from collectors.kafka.records import decode_logs_record, decode_trace_record, sniff_format
 from collectors.names import LOG_RECORDS_TOTAL
 from collectors.otlp.export_decoding import Empty, Invalid, Refusal
-from monitor.intake import SpanBatch, WholeTrace
-from monitor.names import REJECTED_SPANS_TOTAL
-from monitor.pipeline_metrics import PipelineMetrics
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import EvaluationResult
+from monitor.contract.names import REJECTED_SPANS_TOTAL
+from monitor.contract.pipeline_metrics import PipelineMetrics
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import EvaluationResult
+from monitor.contract.work_items import SpanBatch, WholeTrace
 from tests.conftest import sample
 from tests.unit.collectors.otlp.test_logs import SPAN, logs_request
 

@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from collectors.kafka.records import parse_rag_trace
-from monitor.events import InvalidRecord, parse_feedback, parse_labels
-from monitor.trace import Feedback, Label
+from monitor.contract.events import InvalidRecord, parse_feedback, parse_labels
+from monitor.contract.trace import Feedback, Label
 
 EXAMPLE = (Path(__file__).resolve().parents[3] / "testdata" / "rag_trace_example.json").read_bytes()
 

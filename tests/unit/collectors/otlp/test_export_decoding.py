@@ -8,11 +8,11 @@ import pytest
 
 from collectors.otlp import export_decoding
 from collectors.otlp.export_decoding import Empty, Invalid, RetryLater
-from monitor.events import parse_labels
-from monitor.intake import Events, SpanBatch
-from monitor.names import REJECTED_SPANS_TOTAL
-from monitor.pipeline_metrics import PipelineMetrics
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.events import parse_labels
+from monitor.contract.names import REJECTED_SPANS_TOTAL
+from monitor.contract.pipeline_metrics import PipelineMetrics
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.work_items import Events, SpanBatch
 from tests.conftest import sample
 from tests.unit.collectors.otlp.test_http import SinkConsumer, export_request
 

@@ -19,11 +19,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from collectors.otlp.config import OtlpConfig
 from collectors.otlp.http import PROTOBUF, OtlpHttpReceiver
-from monitor.components import write_token
-from monitor.intake import Events, SpanBatch, WorkItem
-from monitor.pipeline_metrics import PipelineMetrics
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import Feedback, Label
+from monitor.contract.components import write_token
+from monitor.contract.pipeline_metrics import PipelineMetrics
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import Feedback, Label
+from monitor.contract.work_items import Events, SpanBatch, WorkItem
 from tests.conftest import sample, wait_until
 
 TRACE = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
@@ -139,7 +139,7 @@ def test_labels_and_feedback_are_submitted_as_events(receiver: Running) -> None:
     assert list(feedbacks.events) == [Feedback(trace_id="t1", kind="thumbs_down")]
 
 
-# --- the transport: bounds and the stop (monitor/http/service.py) ------------------------
+# --- the transport: bounds and the stop (monitor/contract/http/service.py) ------------------------
 
 
 def start_receiver(sink: SinkConsumer, **http: object) -> OtlpHttpReceiver:

@@ -12,8 +12,8 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from collectors.names import LOG_RECORDS_TOTAL
-from monitor.intake import Events
-from monitor.trace import EvaluationResult
+from monitor.contract.trace import EvaluationResult
+from monitor.contract.work_items import Events
 from tests.conftest import sample
 from tests.unit.collectors.otlp.test_http import TRACE, Running, post, receiver
 

@@ -18,12 +18,12 @@ from detectors.evaluations.names import DUPLICATES_TOTAL, RESULTS_TOTAL, UNMATCH
 from detectors.review.config import ReviewConfig
 from detectors.review.metrics import ReviewMetrics
 from detectors.review.sampler import Action, Enqueue, PassRules, ReviewSampler
-from monitor.detector import InlineDetector
-from monitor.intake import Events, SpanBatch, Ticket
-from monitor.pipeline import Pipeline
-from monitor.pipeline_metrics import PipelineMetrics
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import EvaluationResult, Event, Feedback, RagTrace
+from monitor.contract.detector import InlineDetector
+from monitor.contract.pipeline_metrics import PipelineMetrics
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import EvaluationResult, Event, Feedback, RagTrace
+from monitor.contract.work_items import Events, SpanBatch, Ticket
+from monitor.runtime.pipeline import Pipeline
 from tests.conftest import sample, wait_until
 from tests.unit.collectors.spans.test_openinference import rag_spans
 from tests.unit.collectors.spans.test_openinference import span as rag_span

@@ -14,7 +14,7 @@ from collectors.spans.config import MappingConfig
 from collectors.spans.kinds import span_kind
 from collectors.spans.openinference import TraceMapper
 from collectors.spans.span import Span
-from monitor.trace import RagTrace
+from monitor.contract.trace import RagTrace
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 MS = 1_000_000

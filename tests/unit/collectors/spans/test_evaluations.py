@@ -16,8 +16,8 @@ from collectors.spans.config import AssemblyConfig, MappingConfig
 from collectors.spans.evaluations import EVALUATION_EVENT, MAX_RESULTS, evaluation_results
 from collectors.spans.openinference import TraceMapper
 from collectors.spans.span import Span, SpanEvent
-from monitor.events import InvalidRecord
-from monitor.trace import EvaluationResult
+from monitor.contract.events import InvalidRecord
+from monitor.contract.trace import EvaluationResult
 from tests.unit.collectors.spans.test_openinference import TRACE, rag_spans, span
 
 

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from collectors.spans.config import MappingConfig
 from collectors.spans.openinference import TraceMapper
 from collectors.spans.span import Span
-from monitor.trace import RagTrace, Usage
+from monitor.contract.trace import RagTrace, Usage
 from tests.unit.collectors.spans.test_openinference import span
 
 QUESTION = "When are invoices issued?"

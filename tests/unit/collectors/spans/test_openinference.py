@@ -13,7 +13,7 @@ from collectors.spans.config import MappingConfig
 from collectors.spans.openinference import TraceMapper
 from collectors.spans.span import Span, SpanEvent
 from collectors.spans.tree import depths, nearest_marked_ancestors, top_down
-from monitor.trace import RagTrace
+from monitor.contract.trace import RagTrace
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 build_trace = TraceMapper().build

@@ -14,7 +14,7 @@ import pytest
 from collectors.spans.config import MappingConfig
 from collectors.spans.openinference import TraceMapper
 from collectors.spans.span import SpanEvent
-from monitor.trace import RagTrace
+from monitor.contract.trace import RagTrace
 from tests.unit.collectors.spans.test_openinference import span
 
 QUESTION = "How long do refunds take?"

@@ -22,10 +22,10 @@ from detectors.drift.report import build_report, write_report
 from detectors.drift.result import DriftResult
 from detectors.drift.scipy_backend import ScipyMmd
 from detectors.drift.store import DriftStore
-from monitor.config import Config
-from monitor.durations import parse_duration
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import RagTrace
+from monitor.contract.config import Config
+from monitor.contract.durations import parse_duration
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import RagTrace
 from tests.conftest import sample, state_bytes, wait_until
 
 DIM = 32
@@ -574,7 +574,7 @@ def test_stop_returns_when_the_drift_queue_is_full(tmp_path: Path) -> None:
     """Vectors beyond the full queue are counted as refused; shutdown drains for DRAIN_S, drops
     the rest and returns within the drain deadline and the join margin."""
     from detectors.drift.detector import DRAIN_S, QUEUE_SIZE
-    from monitor.worker import JOIN_MARGIN_S
+    from monitor.contract.worker import JOIN_MARGIN_S
 
     rng = np.random.default_rng(8)
     registry = SidecarRegistry()

@@ -17,8 +17,8 @@ from detectors.drift.detector import DriftDetector
 from detectors.drift.metrics import SIGNAL
 from detectors.drift.reference import list_references, set_reference
 from detectors.drift.store import DriftStore
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import RagTrace
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import RagTrace
 from tests.conftest import sample, wait_until
 from tests.tiny_bert import save_tiny_bert
 
@@ -322,7 +322,7 @@ def test_the_weekly_report_shows_the_encoder_change_with_the_pinned_probe_stabil
     and no drift; the report lists it (when, from, to, traffic shares), the pinned probe
     set's neighbour stability across it, and how to get recall@k and false exclusions."""
     from detectors.drift.report import write_report
-    from monitor.config import Config
+    from monitor.contract.config import Config
 
     rng = np.random.default_rng(59)
     drift = {

@@ -12,9 +12,9 @@ from detectors.evaluations.alerting import guardrails_of, rows, rules
 from detectors.evaluations.config import EvaluationRule, EvaluationsConfig
 from detectors.evaluations.detector import EvaluationsDetector, outcome
 from detectors.evaluations.names import FOLDED_TOTAL, RESULTS_TOTAL, SCORE, UNMATCHED_TOTAL
-from monitor.guardrails import GuardrailsConfig
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import EvaluationResult, RagTrace
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import EvaluationResult, RagTrace
 
 CONFIG = EvaluationsConfig.model_validate(
     {

@@ -10,8 +10,8 @@ from detectors.evaluations.config import EvaluationsConfig
 from detectors.evaluations.detector import EvaluationsDetector
 from detectors.evaluations.names import DUPLICATES_TOTAL, UNMATCHED_TOTAL
 from detectors.evaluations.repeats import CountedResults, result_identity
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import EvaluationResult
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import EvaluationResult
 from tests.unit.detectors.evaluations.test_evaluations import CONFIG, count, trace
 
 TRACE = "a" * 32

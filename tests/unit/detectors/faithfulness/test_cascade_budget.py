@@ -27,8 +27,8 @@ from detectors.faithfulness.judge_choice import judge_identity
 from detectors.faithfulness.judge_contract import JudgePair, batch_size_for
 from detectors.faithfulness.judge_metrics import Prices
 from detectors.faithfulness.worker import STALL_S, stall_after_s
-from monitor.config import ConfigError, load_config
-from monitor.extras import MissingExtraError
+from monitor.contract.extras import MissingExtraError
+from monitor.runtime.config_loading import ConfigError, load_config
 
 
 class Clock:
@@ -309,6 +309,6 @@ def test_a_cascade_with_hhem_first_needs_its_model_and_extra(
     extra the sidecar stops before serving, naming the cascade's setting."""
     config = cascade()
     assert [need.setting for need in model_needs(config)][:1] == ["model"]
-    monkeypatch.setattr("monitor.extras.find_spec", lambda _: None)
+    monkeypatch.setattr("monitor.contract.extras.find_spec", lambda _: None)
     with pytest.raises(MissingExtraError, match=r"judge: cascade, cascade\.first: hhem"):
         require_extras(config)

@@ -17,9 +17,9 @@ from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.detector import SCORE_BUCKETS
 from detectors.faithfulness.hhem import HhemScorer, PreparedPair, length_batches, read_checkpoint
 from detectors.faithfulness.triage import OUTCOMES, split_sentences
-from monitor.sidecar import Sidecar
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import Context, Event, Feedback, JudgeScore, RagTrace, UnscoredAnswer
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import Context, Event, Feedback, JudgeScore, RagTrace, UnscoredAnswer
+from monitor.runtime.sidecar import Sidecar
 from tests.conftest import sample, wait_until
 from tests.hhem_checkpoint import TINY, Tiny, build_checkpoint, reference_scores
 from tests.otel_traffic import RagRequest, emit_rag_request, tracer_for

@@ -33,7 +33,7 @@ from detectors.review.calibration import judge_calibration, judge_calibrations
 from detectors.review.model import ReviewItem, Verdict
 from detectors.review.report import build_report, render_markdown, summary
 from detectors.review.store import ReviewStore, item_from_record, item_record, merge_items
-from monitor.config import ConfigError, explain, load_config
+from monitor.runtime.config_loading import ConfigError, explain, load_config
 
 LLM = {"endpoint": "http://vllm:8000/v1/", "model": "judge-model"}
 

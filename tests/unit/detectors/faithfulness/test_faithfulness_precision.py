@@ -26,7 +26,7 @@ from detectors.faithfulness.precision import (
     choose,
     read_calibration_pairs,
 )
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.sidecar_registry import SidecarRegistry
 from tests.conftest import REPO, sample, wait_until
 from tests.hhem_checkpoint import Tiny, build_checkpoint
 

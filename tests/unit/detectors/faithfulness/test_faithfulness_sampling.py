@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 import pytest
 
 from detectors.faithfulness.detector import without_query_vector
-from monitor.sampler import Sampled, Sampler, TokenBucket, trace_fraction
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import Feedback, Label, RagTrace
+from monitor.contract.sampler import Sampled, Sampler, TokenBucket, trace_fraction
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import Feedback, Label, RagTrace
 from tests.conftest import sample
 
 

@@ -10,8 +10,8 @@ from detectors.faithfulness import llm_judge
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.hhem import HHEM_REPO, PINNED_REVISIONS
 from detectors.faithfulness.judge_choice import judge_identity
-from monitor.trace import JudgeScore, UnscoredAnswer
-from monitor.verdict_exports.otlp_logs import EVALUATOR_ID, record_attributes
+from monitor.contract.trace import JudgeScore, UnscoredAnswer
+from monitor.contract.verdict_exports.otlp_logs import EVALUATOR_ID, record_attributes
 
 LLM = {
     "judge": "openai_compatible",

@@ -14,11 +14,11 @@ from detectors.faithfulness.judge_contract import JudgePair, JudgeResult
 from detectors.faithfulness.remote import pair_record, stratum_of, verdict_from_record
 from detectors.faithfulness.scorer import Pair, Scorer
 from detectors.faithfulness.scorer_budget import FloorBudget, SeenTraces
-from monitor.config import Config
-from monitor.sampler import Sampled, trace_fraction
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.slicing import Slicer
-from monitor.trace import Context, JudgeScore, RagTrace, UnscoredAnswer
+from monitor.contract.config import Config
+from monitor.contract.sampler import Sampled, trace_fraction
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.slicing import Slicer
+from monitor.contract.trace import Context, JudgeScore, RagTrace, UnscoredAnswer
 from tests.conftest import sample
 
 

@@ -34,7 +34,7 @@ from detectors.faithfulness.token_classifier import (
     resolve_token_model,
 )
 from detectors.faithfulness.token_judge import TokenJudge, load_token_judge, verdict
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.sidecar_registry import SidecarRegistry
 from tests.conftest import REPO
 from tests.token_checkpoint import build_checkpoint
 
@@ -357,7 +357,7 @@ def test_models_fetch_to_a_directory_prints_the_nested_setting(
     is loaded as the sidecar loads it, and the printed YAML sets token_classifier.model."""
     import yaml
 
-    from monitor import models
+    from monitor.runtime import models
     from tests.conftest import make_config
 
     def download(need: Any, to: Path | None) -> Path:

@@ -11,10 +11,10 @@ import pytest
 
 from detectors.feedback.alerting import rows
 from detectors.feedback.detector import DWELL_BUCKETS_S, NO_REASON, FeedbackDetector
-from monitor.events import InvalidRecord, parse_feedback
-from monitor.guardrails import GuardrailsConfig
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import FEEDBACK_KINDS, FEEDBACK_REASONS, Feedback
+from monitor.contract.events import InvalidRecord, parse_feedback
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import FEEDBACK_KINDS, FEEDBACK_REASONS, Feedback
 from tests.conftest import sample
 
 

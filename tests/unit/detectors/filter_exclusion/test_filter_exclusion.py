@@ -18,9 +18,9 @@ from detectors.filter_exclusion.scoring import (
     load_golden_set,
     score_query,
 )
-from monitor.config import ConfigError, load_config
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import Context, Label, RagTrace
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import Context, Label, RagTrace
+from monitor.runtime.config_loading import ConfigError, load_config
 from tests.conftest import (
     CALLER,
     PROBES,

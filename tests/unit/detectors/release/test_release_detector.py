@@ -8,8 +8,8 @@ import pytest
 
 from detectors.release.config import ReleaseConfig
 from detectors.release.detector import MAX_ENVIRONMENTS_PER_VERSION, ReleaseDetector
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import RagTrace
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import RagTrace
 from tests.conftest import sample
 
 NOW = 1_800_000_000.0

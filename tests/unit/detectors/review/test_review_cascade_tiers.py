@@ -18,7 +18,7 @@ from detectors.review.cascade import (
 from detectors.review.model import ReviewItem, Supported, Verdict
 from detectors.review.report import build_report, render_html, render_markdown
 from detectors.review.store import ReviewStore
-from monitor.trace import TierVerdict
+from monitor.contract.trace import TierVerdict
 
 CASCADE = "cascade/hhem/HHEM-2.1-Open@abc/t0.5+llm/judge-model/p1234/t0.5/b0.3-0.7"
 HHEM = "hhem/HHEM-2.1-Open@abc/t0.5"

@@ -24,9 +24,9 @@ from detectors.review.estimates import (
 )
 from detectors.review.model import ReviewItem, Stratum, Verdict
 from detectors.review.report import build_report, render_markdown
-from monitor.config import Config
-from monitor.rulekit.prediction_powered import ReviewedPairs, corrected
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.config import Config
+from monitor.contract.rulekit.prediction_powered import ReviewedPairs, corrected
+from monitor.contract.sidecar_registry import SidecarRegistry
 from tests.unit.alerts.test_rules import tool
 
 JOB = "rag-monitor"

@@ -26,14 +26,14 @@ from detectors.review.model import (
 from detectors.review.report import build_report, render_html, render_markdown, summary
 from detectors.review.sampler import Action, AttachEvaluation, Enqueue, ReviewSampler
 from detectors.review.store import ReviewStore, item_from_record, item_record
-from monitor.components import BuildContext, load_components
-from monitor.detector import Detector
-from monitor.guardrails import GuardrailsConfig
-from monitor.service_config import ServiceConfig
-from monitor.shared import COMPARED_WITH_REVIEW, PassRules, SharedValues
-from monitor.sidecar import build_detectors
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import EvaluationResult, RagTrace
+from monitor.contract.components import BuildContext, load_components
+from monitor.contract.detector import Detector
+from monitor.contract.guardrails import GuardrailsConfig
+from monitor.contract.service_config import ServiceConfig
+from monitor.contract.shared import COMPARED_WITH_REVIEW, PassRules, SharedValues
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import EvaluationResult, RagTrace
+from monitor.runtime.sidecar import build_detectors
 from tests.conftest import make_config, sample, wait_until
 
 AGREEMENT = "rag_review_evaluation_agreement_total"
@@ -309,7 +309,7 @@ def held_outcomes(
 
 def test_the_review_component_takes_the_rules_the_core_hands_it(tmp_path: Path) -> None:
     """Built with no evaluations section anywhere, the review component judges results by
-    the pass rules BuildContext.shared hands it (monitor.shared), not by a section it reads."""
+    the pass rules BuildContext.shared hands it (monitor.contract.shared), not by a section it reads."""
     [review] = [component for component in load_components() if component.name == "review"]
     shared = SharedValues([COMPARED_WITH_REVIEW.provide({"groundedness": RULES["groundedness"]})])
     context = BuildContext(

@@ -21,8 +21,8 @@ from detectors.review.sampler import (
     Enqueue,
     ReviewSampler,
 )
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import Context, Feedback, JudgeScore, RagTrace
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import Context, Feedback, JudgeScore, RagTrace
 from tests.conftest import sample
 
 N = 10_000

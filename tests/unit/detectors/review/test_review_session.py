@@ -12,8 +12,8 @@ from detectors.review.config import ReviewHttpSettings
 from detectors.review.model import ReviewContext, ReviewItem
 from detectors.review.store import ReviewStore
 from detectors.review.web import MAX_QUERY_FIELDS, SESSION_COOKIE, ReviewPage
-from monitor.http.wire import Request
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.http.wire import Request
+from monitor.contract.sidecar_registry import SidecarRegistry
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 FORM = "application/x-www-form-urlencoded"

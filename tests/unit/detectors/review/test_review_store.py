@@ -19,7 +19,7 @@ from detectors.review.store import (
     verdict_from_record,
     verdict_record,
 )
-from monitor.sidecar_registry import SidecarRegistry
+from monitor.contract.sidecar_registry import SidecarRegistry
 from tests.conftest import sample, wait_until
 
 DAY_S = 86_400.0
@@ -210,7 +210,7 @@ def test_detector_queues_a_pair_production_half_but_never_its_shadow_twin(
     answer sampled, only the production half of the pair and an unpaired canary are queued."""
     from datetime import UTC, datetime
 
-    from monitor.trace import RagTrace
+    from monitor.contract.trace import RagTrace
 
     config = ReviewConfig.model_validate(
         {"enabled": True, "random_rate": 1.0, "http": {"enabled": False}}

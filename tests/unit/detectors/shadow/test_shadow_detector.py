@@ -16,12 +16,12 @@ from detectors.filter_exclusion.config import FilterExclusionConfig
 from detectors.filter_exclusion.detector import FilterExclusionDetector
 from detectors.shadow.config import ShadowConfig
 from detectors.shadow.detector import ShadowDetector
-from monitor.components import EMIT_TIMEOUT_S, EventHook
-from monitor.intake import PIPELINE_THREAD, WorkItem
-from monitor.pipeline_metrics import PipelineMetrics
-from monitor.sampler import Sampler
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import Event, ExclusionOutcome, JudgeScore, Label, RagTrace
+from monitor.contract.components import EMIT_TIMEOUT_S, EventHook
+from monitor.contract.pipeline_metrics import PipelineMetrics
+from monitor.contract.sampler import Sampler
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import Event, ExclusionOutcome, JudgeScore, Label, RagTrace
+from monitor.contract.work_items import PIPELINE_THREAD, WorkItem
 from tests.conftest import sample, wait_until
 
 SECRET = "what is the refund policy"  # noqa: S105 (production text, not a password)

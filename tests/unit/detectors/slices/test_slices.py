@@ -13,9 +13,10 @@ from alerts.rules import write_promtool_suite
 from detectors.slices.component import COMPONENT
 from detectors.slices.config import SlicesConfig
 from detectors.slices.detector import SlicesDetector
-from monitor.config import Config, ConfigError, load_config
-from monitor.sidecar_registry import SidecarRegistry
-from monitor.trace import Context, Feedback, RagTrace
+from monitor.contract.config import Config
+from monitor.contract.sidecar_registry import SidecarRegistry
+from monitor.contract.trace import Context, Feedback, RagTrace
+from monitor.runtime.config_loading import ConfigError, load_config
 from tests.conftest import sample
 from tests.integration.conftest import binary
 
