@@ -12,7 +12,7 @@ The report is a plain JSON-able dict: ``--json`` prints it, the terminal view re
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from collectors.inspect.missing import (
@@ -28,6 +28,7 @@ from collectors.spans.openinference import TraceMapper
 from collectors.spans.span import Span
 from collectors.spans.stages import judged_spans
 from collectors.spans.tools import RetrievalTools
+from collectors.spans.tree import SpanTree
 from monitor.contract.field_presence import PRESENT, REQUEST
 from monitor.contract.trace import Context, RagTrace, Usage
 
@@ -45,7 +46,8 @@ def inspect_trace(
     fields missing with the reason, and the ``mapping:`` content that would fill some
     (never a document setting of ``refused``, ``suggest.constant_documents``)."""
     mapper = TraceMapper(mapping)
-    kinds = mapper.span_kinds(spans)
+    tree = mapper.tree(spans)
+    kinds = tree.kinds
     trace = mapper.build(spans, "otlp")
     report: dict[str, Any] = {
         "trace_id": spans[0].trace_id,
@@ -69,14 +71,12 @@ def inspect_trace(
             mapper = TraceMapper(mapping)
             remapped = mapper.build(spans, "otlp")
             assert remapped is not None  # request_suggestion mapped it so
-            more = suggestions(
-                *_missing(remapped, spans, mapper.span_kinds(spans), mapping), refused
-            )
+            more = suggestions(*_missing(remapped, mapper.tree(spans), mapping), refused)
             report["mapping"] = {**as_request, **more.mapping}
             report["mapping_fills"] = {key: [REQUEST] for key in as_request} | more.fills
             report["suggested_documents"] = more.documents
         return report
-    mapped, missing = _missing(trace, spans, kinds, mapping)
+    mapped, missing = _missing(trace, tree, mapping)
     request = mapped.request
     suggested = suggestions(mapped, missing, refused)
     report["request_span"] = span_json(request)
@@ -90,11 +90,11 @@ def inspect_trace(
 
 
 def _missing(
-    trace: RagTrace, spans: Sequence[Span], kinds: Mapping[str, str], mapping: MappingConfig
+    trace: RagTrace, tree: SpanTree, mapping: MappingConfig
 ) -> tuple[Mapped, dict[str, str]]:
     """The trace as mapped, and each field it lacks with the reason."""
-    request = next(span for span in spans if span.span_id == trace.root_span_id)
-    mapped = Mapped(trace, spans, kinds, judged_spans(spans, kinds), request, mapping)
+    request = next(span for span in tree.spans if span.span_id == trace.root_span_id)
+    mapped = Mapped(trace, tree.spans, tree.kinds, judged_spans(tree), request, mapping)
     why = MissingReasons(mapped)
     missing = {name: why.missing(name) for name, present in PRESENT.items() if not present(trace)}
     return mapped, missing

@@ -47,7 +47,7 @@ FEEDBACK_FIELDS = ("name", "score", "label")
 # What the first entry of each feedback family holds: entries are read from index 0 up, so
 # a span with none of these names carries no feedback. Almost no span carries any, and
 # one set test against the span's names costs less than a lookup per family and field.
-_FIRST_FEEDBACK_KEYS = frozenset(
+FIRST_FEEDBACK_KEYS = frozenset(
     f"{prefix}.0.{inner}.{field}"
     for prefix, inner in OPENINFERENCE_FEEDBACK
     for field in FEEDBACK_FIELDS
@@ -126,31 +126,26 @@ def _span_results(span: Span, kind: str) -> list[EvaluationResult]:
         for event in span.events
         if event.name == EVALUATION_EVENT
     ]
-    if not span.attributes.keys().isdisjoint(_FIRST_FEEDBACK_KEYS):
+    if not span.attributes.keys().isdisjoint(FIRST_FEEDBACK_KEYS):
         found.extend(_openinference_results(span))
     if not found and kind == "EVALUATOR":
         return _evaluator_output_results(span)
     return found
 
 
-def evaluation_results(
-    spans: Sequence[Span], kinds: Mapping[str, str] | None = None
-) -> tuple[EvaluationResult, ...]:
-    """Every verdict the spans carry, in span order, at most ``MAX_RESULTS``. ``kinds``:
-    each span's kind by span id when the caller has them (the mapper), else each is read."""
+def add_results(results: list[EvaluationResult], span: Span, kind: str) -> None:
+    """Add the verdicts ``span`` (of ``kind``) carries to ``results``, up to ``MAX_RESULTS``:
+    those of its events, its feedback attributes (``FIRST_FEEDBACK_KEYS``) and, for an
+    EVALUATOR span without either, its output."""
+    if len(results) < MAX_RESULTS:
+        results.extend(_span_results(span, kind)[: MAX_RESULTS - len(results)])
+
+
+def evaluation_results(spans: Sequence[Span]) -> tuple[EvaluationResult, ...]:
+    """Every verdict the spans carry, in span order, at most ``MAX_RESULTS``: those of spans
+    that came apart from their trace (the mapper reads a trace's in its pass over the
+    spans, ``collectors.spans.stages``)."""
     results: list[EvaluationResult] = []
     for span in spans:
-        kind = span_kind(span) if kinds is None else kinds[span.span_id]
-        # Nearly every span carries no verdict: without events, a feedback name or the
-        # EVALUATOR kind it costs one set test, not a call and a list.
-        if (
-            not span.events
-            and kind != "EVALUATOR"
-            and span.attributes.keys().isdisjoint(_FIRST_FEEDBACK_KEYS)
-        ):
-            continue
-        for result in _span_results(span, kind):
-            results.append(result)
-            if len(results) == MAX_RESULTS:
-                return tuple(results)
+        add_results(results, span, span_kind(span))
     return tuple(results)

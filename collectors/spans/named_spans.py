@@ -10,14 +10,14 @@ calls that match the same kind only the innermost, the one that did the work, ge
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from collectors.spans.span import Span
-from collectors.spans.tree import depths, nearest_marked_ancestors
+from collectors.spans.tree import SpanTree, nearest_marked_ancestors
 
 
 class SpanNames:
-    """Kinds and the request span by span name; build only when some pattern is set."""
+    """Kinds and request spans by span name; build only when some pattern is set."""
 
     def __init__(self, kind_names: Mapping[str, str], request_names: Sequence[str]) -> None:
         self._kinds = [(re.compile(pattern).search, kind) for pattern, kind in kind_names.items()]
@@ -27,13 +27,14 @@ class SpanNames:
             else None
         )
 
-    def add_kinds(self, spans: Sequence[Span], kinds: MutableMapping[str, str]) -> None:
+    def add_kinds(self, tree: SpanTree) -> None:
         """Give spans of no kind the kind of the first pattern their name matches, except
         a span around a nested match of the same kind."""
         if not self._kinds:
             return
+        kinds = tree.kinds
         named: dict[str, str] = {}
-        for span in spans:
+        for span in tree.spans:
             if not kinds[span.span_id]:
                 kind = next((kind for search, kind in self._kinds if search(span.name)), None)
                 if kind is not None:
@@ -42,20 +43,16 @@ class SpanNames:
             return
         wrappers = set()
         if len(named) > 1:
-            for span_id, above in nearest_marked_ancestors(spans, named.keys()).items():
+            for span_id, above in nearest_marked_ancestors(tree.top_down, named.keys()).items():
                 if span_id in named and named[above] == named[span_id]:
                     wrappers.add(above)
         for span_id, kind in named.items():
             if span_id not in wrappers:
                 kinds[span_id] = kind
 
-    def request_span(self, spans: Sequence[Span]) -> Span | None:
-        """The shallowest span (the earliest of equals) whose name matches
-        ``request_span_names``, if any does."""
+    def request_spans(self, spans: Sequence[Span]) -> list[Span]:
+        """The spans whose names match ``request_span_names``: the shallowest stands for the
+        request (``collectors.spans.openinference``)."""
         if self._request is None:
-            return None
-        matched = [span for span in spans if self._request(span.name)]
-        if len(matched) < 2:
-            return matched[0] if matched else None
-        depth = depths(spans)
-        return min(matched, key=lambda span: (depth[span.span_id], span.start_ns))
+            return []
+        return [span for span in spans if self._request(span.name)]

@@ -22,7 +22,6 @@ import orjson
 
 from collectors.spans.config import MappingConfig
 from collectors.spans.documents import derived_id, holds_documents, with_retrieved_fields
-from collectors.spans.evaluations import evaluation_results
 from collectors.spans.json_values import JsonDocuments, JsonUsage
 from collectors.spans.kinds import span_kind
 from collectors.spans.named_spans import SpanNames
@@ -31,9 +30,6 @@ from collectors.spans.stages import (
     QUERY_TEXT,
     QUERY_VECTOR,
     StageSpans,
-    covered_s,
-    judged_spans,
-    start_order,
 )
 from collectors.spans.text import (
     event_messages,
@@ -52,15 +48,13 @@ from collectors.spans.text import (
     vector,
 )
 from collectors.spans.tools import RetrievalTools
-from collectors.spans.tree import depths
-from collectors.spans.usage import calls_counted_once, llm_usage
+from collectors.spans.tree import SpanTree
 from monitor.contract.trace import (
     MAX_DOCUMENTS,
     MAX_RELEASE_ATTRIBUTE_LENGTH,
     Context,
     RagTrace,
     Source,
-    Usage,
 )
 
 _RETRIEVAL_QUERY = "gen_ai.retrieval.query.text"
@@ -100,9 +94,9 @@ class TraceMapper:
         self._json_usage = JsonUsage(config.json_usage) if config.json_usage.attribute else None
         self._retrieval_tools = RetrievalTools(config.retrieval_tools)
 
-    def span_kinds(self, spans: Sequence[Span]) -> dict[str, str]:
-        """Each span's kind as the mapping sees it (span id -> kind, "" for none): what its
-        convention names, and RETRIEVER for a span of no kind that holds documents under
+    def tree(self, spans: Sequence[Span]) -> SpanTree:
+        """The trace as this mapping reads it. A span's kind is what its convention names,
+        and RETRIEVER for a span of no kind that holds documents under
         ``collectors.spans.mapping.document_attributes``, else the kind its name says
         (``span_kind_names``)."""
         kinds = {span.span_id: span_kind(span) for span in spans}
@@ -112,38 +106,38 @@ class TraceMapper:
                     holds_documents(span.attributes, name) for name in self._document_attributes
                 ):
                     kinds[span.span_id] = "RETRIEVER"
+        tree = SpanTree(spans, kinds)
         if self._span_names is not None:
-            self._span_names.add_kinds(spans, kinds)
-        return kinds
+            self._span_names.add_kinds(tree)
+        return tree
+
+    def span_kinds(self, spans: Sequence[Span]) -> dict[str, str]:
+        """Each span's kind as the mapping sees it (span id -> kind, "" for none)."""
+        return self.tree(spans).kinds
 
     def build(self, spans: Sequence[Span], source: Source) -> RagTrace | None:
         """The ``RagTrace`` of one assembled trace, or None when it is not a RAG request."""
-        kinds = self.span_kinds(spans)
-        named = self._span_names.request_span(spans) if self._span_names is not None else None
-        request = named or _request_span(spans, kinds)
-        judged = judged_spans(spans, kinds)
+        tree = self.tree(spans)
+        named = self._span_names.request_spans(spans) if self._span_names is not None else []
+        request = _request_span(tree, named)
         found = StageSpans.of(
-            spans,
-            kinds,
+            tree,
             request,
-            judged,
             document_attributes=self._document_attributes,
             first_token_events=self._first_token_events,
             json_documents=self._json_documents,
             retrieval_tools=self._retrieval_tools,
         )
         generations, embedding_span = found.generations, found.embedding
-        usage, cost = _usage_and_cost(found, spans, self._json_usage)
-        attrs = _merged_attributes(request, spans)
+        attrs = _merged_attributes(request, tree)
         query = self._query(request, embedding_span, found.retrievers, generations)
-        if not self._is_rag_request(kinds, judged, query) and (named is None or query is None):
+        if not self._is_rag_request(tree, found.judged, query) and (not named or query is None):
             return None
 
-        stages = {"total": request.duration_s}
-        for stage, spans_of_stage in found.intervals.items():
-            stages[stage] = covered_s(spans_of_stage, request.start_ns, request.end_ns)
-        if found.ttft is not None:
-            stages["ttft"] = found.ttft
+        answer = self._answer(request, generations)
+        metadata = json_object(attrs.get("metadata"))
+        stages = found.seconds(request)
+        usage, cost = found.usage_and_cost(tree, self._json_usage)
         retrieved, reranked = found.retrieved(), found.reranked
         # Contexts only of the documents the generator got: parsing the metadata of
         # every retrieved document too costs time per trace (tests/perf/bench_ingest.py).
@@ -153,7 +147,6 @@ class TraceMapper:
         if len(found.documents) > 1:  # several retrieval steps
             contexts = _first_of_each(contexts)
         contexts = contexts[:MAX_DOCUMENTS]
-        metadata = json_object(attrs.get("metadata"))
         return RagTrace(
             trace_id=request.trace_id,
             time=datetime.fromtimestamp(request.start_ns / 1e9, tz=UTC),
@@ -167,7 +160,7 @@ class TraceMapper:
             session_id=text(attrs.get("session.id")),
             intent=text(attrs.get("rag.intent")),
             query=query,
-            answer=self._answer(request, generations),
+            answer=answer,
             contexts=contexts,
             retrieved=tuple(context.doc_id for context in contexts)
             if reranked is None
@@ -189,16 +182,15 @@ class TraceMapper:
             service_name=_label_value(request.resource.get("service.name")),
             service_version=_label_value(request.resource.get("service.version")),
             deployment_environment=_label_value(request.resource.get("deployment.environment")),
-            instrumentation=_label_value(_instrumentation(request, spans)),
-            evaluations=evaluation_results(spans, kinds),
+            instrumentation=_label_value(_instrumentation(request, tree)),
+            evaluations=tuple(found.evaluations),
             retrieval_calls=found.retrieval_calls(),
             tool_calls=found.calls() if found.tool_calls else (),
         )
 
-    def _is_rag_request(
-        self, kinds: Mapping[str, str], judged: Collection[str], query: str | None
-    ) -> bool:
+    def _is_rag_request(self, tree: SpanTree, judged: Collection[str], query: str | None) -> bool:
         """An LLM call (a judge's is not one), or a span of another request kind and a query."""
+        kinds = tree.kinds
         present = self._request_kinds.intersection(
             kinds.values()
             if not judged
@@ -319,30 +311,6 @@ class TraceMapper:
         return None
 
 
-def _usage_and_cost(
-    found: StageSpans, spans: Sequence[Span], json_usage: JsonUsage | None
-) -> tuple[tuple[Usage, ...], float | None]:
-    """Every model's usage and the priced cost the spans report (in a JSON value where
-    ``mapping.json_usage`` says and the attributes hold no counts). A judge's calls are no
-    generation of the answer, but the request paid for them: they count here."""
-    usage = found.usage  # embedding and rerank usage
-    costs = []
-    calls = found.generations
-    if found.judges:
-        calls = sorted([*calls, *found.judges], key=start_order)
-    for call in calls_counted_once(calls, spans):
-        counted = llm_usage(call.attributes)
-        if json_usage is not None and not (counted.prompt_tokens or counted.completion_tokens):
-            counted = json_usage(call.attributes, counted)
-        # A wrapper span with no counts of its own reports nothing to price.
-        if counted.prompt_tokens or counted.completion_tokens:
-            usage.append(counted)
-        cost = number(call.attributes.get("llm.cost.total"))
-        if cost is not None:
-            costs.append(cost)
-    return tuple(usage), sum(costs) if costs else None
-
-
 def _first_of_each(contexts: Sequence[Context]) -> tuple[Context, ...]:
     """Each document (and chunk) once, where it first came: an agent that retrieves twice
     gave the generator the union of both results."""
@@ -363,10 +331,10 @@ def _label_value(value: Any) -> str | None:
     return value if value is not None and len(value) <= MAX_RELEASE_ATTRIBUTE_LENGTH else None
 
 
-def _instrumentation(request: Span, spans: Sequence[Span]) -> str | None:
+def _instrumentation(request: Span, tree: SpanTree) -> str | None:
     """The request span's instrumentation scope, else the first span's that names one
     (an app's own root span may carry an empty scope name)."""
-    return request.scope or next((span.scope for span in spans if span.scope), None)
+    return request.scope or next((span.scope for span in tree.spans if span.scope), None)
 
 
 def _embedding_model(span: Span | None) -> str | None:
@@ -380,19 +348,26 @@ def _embedding_model(span: Span | None) -> str | None:
     )
 
 
-def _request_span(spans: Sequence[Span], kinds: Mapping[str, str]) -> Span:
-    """The span standing for the whole request: the shallowest CHAIN/AGENT span, else the root."""
-    candidates = [span for span in spans if kinds[span.span_id] in _REQUEST_KINDS] or spans
+def _request_span(tree: SpanTree, named: Sequence[Span]) -> Span:
+    """The span standing for the whole request: the shallowest of the spans named by
+    ``request_span_names``, else of the CHAIN/AGENT spans, else of all (the root); the
+    earliest started of equals."""
+    kinds = tree.kinds
+    candidates = (
+        named
+        or [span for span in tree.spans if kinds[span.span_id] in _REQUEST_KINDS]
+        or tree.spans
+    )
     if len(candidates) == 1:
         return candidates[0]
-    depth = depths(spans)
+    depth = tree.depth
     return min(candidates, key=lambda span: (depth[span.span_id], span.start_ns))
 
 
-def _merged_attributes(request: Span, spans: Sequence[Span]) -> dict[str, Any]:
+def _merged_attributes(request: Span, tree: SpanTree) -> dict[str, Any]:
     """Attributes of all spans: the request span's win, then the earliest other span's."""
     merged: dict[str, Any] = {}
-    for span in sorted(spans, key=lambda s: s.start_ns, reverse=True):
+    for span in sorted(tree.spans, key=lambda s: s.start_ns, reverse=True):
         if span is not request:
             merged.update(span.attributes)
     merged.update(request.attributes)

@@ -2,8 +2,8 @@
 
 One pass over the spans of a trace sorts them by kind (``collectors/spans/kinds.py``):
 the retrievers' documents in span start order, the generations, the calls that judge
-the request instead of serving it, the query embedding, each stage's intervals and the
-time to the first token.
+the request instead of serving it, the query embedding, each stage's intervals, the
+time to the first token and the evaluators' verdicts.
 """
 
 from __future__ import annotations
@@ -12,31 +12,37 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from collectors.spans.documents import attribute_documents, documents, retrieved_documents
+from collectors.spans.evaluations import FIRST_FEEDBACK_KEYS, add_results
 from collectors.spans.kinds import JUDGE_KINDS, STAGE_OF_KIND
 from collectors.spans.span import RERANKED_DOCUMENTS, Span
 from collectors.spans.text import count, number, text
 from collectors.spans.tools import RetrievalTools, tool_call
-from collectors.spans.tree import nearest_marked_ancestors
-from collectors.spans.usage import embedding_usage, provider
-from monitor.contract.trace import MAX_TOOL_CALLS, ToolCall, Usage
+from collectors.spans.tree import SpanTree, nearest_marked_ancestors
+from collectors.spans.usage import calls_counted_once, embedding_usage, llm_usage, provider
+from monitor.contract.trace import MAX_TOOL_CALLS, EvaluationResult, ToolCall, Usage
 
 QUERY_VECTOR = "embedding.embeddings.0.embedding.vector"
 QUERY_TEXT = "embedding.embeddings.0.embedding.text"
 
 # Tool calls are retrieval steps by the shape of their result unless the mapping names them.
 _SHAPED_TOOLS = RetrievalTools()
-# The documents a span lists in a JSON value (``collectors.spans.json_values``).
+# The documents a span lists in a JSON value, and the usage it reports in one where the
+# attributes count no tokens (``collectors.spans.json_values``).
 JsonDocumentsReader = Callable[[Mapping[str, Any]], list[dict[str, Any]]]
+JsonUsageReader = Callable[[Mapping[str, Any], Usage], Usage]
 
 
 class StageSpans:
-    """What the spans of the stages (everything but the request span) carry."""
+    """What the spans of the stages (everything but the request span) carry, and the
+    verdicts of every span."""
 
     __slots__ = (
         "documents",
         "embedding",
+        "evaluations",
         "generations",
         "intervals",
+        "judged",
         "judges",
         "reranked",
         "retrievers",
@@ -45,7 +51,8 @@ class StageSpans:
         "usage",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, judged: Collection[str]) -> None:
+        self.judged = judged  # the ids of the spans that judge the request (judged_spans)
         self.intervals: dict[str, list[tuple[int, int]]] = {}
         # (span start, its documents) per span that holds retrieved documents
         self.documents: list[tuple[int, list[dict[str, Any]]]] = []
@@ -53,10 +60,44 @@ class StageSpans:
         self.retrievers: list[Span] = []
         self.tool_calls: list[tuple[int, ToolCall]] = []  # (span start, the call)
         self.generations: list[Span] = []
-        self.judges: list[Span] = []  # LLM calls that judge the request (see _judged)
+        self.judges: list[Span] = []  # LLM calls that judge the request
         self.embedding: Span | None = None
         self.usage: list[Usage] = []  # embedding and rerank usage
         self.ttft: float | None = None  # of the first span that tells it, in span order
+        self.evaluations: list[EvaluationResult] = []  # of every span, in span order
+
+    def seconds(self, request: Span) -> dict[str, float]:
+        """Each stage's seconds within the request (``covered_s``), beside the request's
+        total and the time to the first token."""
+        stages = {"total": request.duration_s}
+        for stage, intervals in self.intervals.items():
+            stages[stage] = covered_s(intervals, request.start_ns, request.end_ns)
+        if self.ttft is not None:
+            stages["ttft"] = self.ttft
+        return stages
+
+    def usage_and_cost(
+        self, tree: SpanTree, json_usage: JsonUsageReader | None
+    ) -> tuple[tuple[Usage, ...], float | None]:
+        """Every model's usage and the priced cost the spans report (in a JSON value where
+        ``mapping.json_usage`` says and the attributes hold no counts). A judge's calls are
+        no generation of the answer, but the request paid for them: they count here."""
+        usage = self.usage  # embedding and rerank usage
+        costs = []
+        calls = self.generations
+        if self.judges:
+            calls = sorted([*calls, *self.judges], key=start_order)
+        for call in calls_counted_once(calls, tree):
+            counted = llm_usage(call.attributes)
+            if json_usage is not None and not (counted.prompt_tokens or counted.completion_tokens):
+                counted = json_usage(call.attributes, counted)
+            # A wrapper span with no counts of its own reports nothing to price.
+            if counted.prompt_tokens or counted.completion_tokens:
+                usage.append(counted)
+            cost = number(call.attributes.get("llm.cost.total"))
+            if cost is not None:
+                costs.append(cost)
+        return tuple(usage), sum(costs) if costs else None
 
     def calls(self) -> tuple[ToolCall, ...]:
         """The tool calls in call order."""
@@ -76,19 +117,26 @@ class StageSpans:
     @classmethod
     def of(
         cls,
-        spans: Sequence[Span],
-        kinds: Mapping[str, str],
+        tree: SpanTree,
         request: Span,
-        judged: Collection[str],
         *,
         document_attributes: Sequence[str],
         first_token_events: Collection[str],
         json_documents: JsonDocumentsReader | None = None,
         retrieval_tools: RetrievalTools = _SHAPED_TOOLS,
     ) -> StageSpans:
-        found = cls()
-        for span in spans:
+        found = cls(judged_spans(tree))
+        kinds, judged = tree.kinds, found.judged
+        for span in tree.spans:
             kind, attributes = kinds[span.span_id], span.attributes
+            # Nearly every span carries no verdict: without events, a feedback name or the
+            # EVALUATOR kind it costs one set test, not a call and a list.
+            if (
+                span.events
+                or kind == "EVALUATOR"
+                or not attributes.keys().isdisjoint(FIRST_FEEDBACK_KEYS)
+            ):
+                add_results(found.evaluations, span, kind)
             if span.span_id in judged:  # a judge's stream is not the answer's
                 if kind == "LLM":
                     found.judges.append(span)
@@ -186,15 +234,16 @@ def _attribute_documents(
     return []
 
 
-def judged_spans(spans: Sequence[Span], kinds: Mapping[str, str]) -> Collection[str]:
+def judged_spans(tree: SpanTree) -> Collection[str]:
     """The ids of the spans that judge the request rather than serve it: those below an
     EVALUATOR (an LLM judge), and those below a GUARDRAIL when the request generates outside
     any guardrail too. A guard that wraps the only model call (guardrails-ai validating the
     answer it asked for) holds the generation itself."""
+    kinds = tree.kinds
     if JUDGE_KINDS.isdisjoint(kinds.values()):  # the common case
         return ()
     judges = {span_id for span_id, kind in kinds.items() if kind in JUDGE_KINDS}
-    below = nearest_marked_ancestors(spans, judges)
+    below = nearest_marked_ancestors(tree.top_down, judges)
     if any(kind == "LLM" and span_id not in below for span_id, kind in kinds.items()):
         return below.keys()
     # Every model call is inside a judge: those inside a guardrail are the generation.

@@ -7,18 +7,18 @@ from typing import Any
 
 from collectors.spans.span import Span
 from collectors.spans.text import count, text
-from collectors.spans.tree import nearest_marked_ancestors
+from collectors.spans.tree import SpanTree, nearest_marked_ancestors
 from monitor.contract.trace import Usage
 
 
-def calls_counted_once(generations: Sequence[Span], spans: Sequence[Span]) -> Sequence[Span]:
+def calls_counted_once(generations: Sequence[Span], tree: SpanTree) -> Sequence[Span]:
     """The generation spans whose usage counts: a wrapper span (LlamaIndex ``predict``
     around ``complete``) whose token counts equal the sum of its nested generation
     spans' reports the same calls again, so only the nested spans count."""
     if len(generations) < 2:
         return generations
     # The nearest generation ancestor, through spans of other kinds.
-    nearest = nearest_marked_ancestors(spans, {span.span_id for span in generations})
+    nearest = nearest_marked_ancestors(tree.top_down, {span.span_id for span in generations})
     nested: dict[str, list[Span]] = {}
     for span in generations:
         parent = nearest.get(span.span_id)
