@@ -242,6 +242,6 @@ HARNESSES: dict[str, Harness] = {
                 modules=(targets.inspect_command, targets.inspect_provenance,
                          targets.inspect_missing, targets.inspect_view, targets.openinference)),
         Harness("config", "load_config", (targets.ConfigError,), _config,
-                modules=(targets.config,)),
+                modules=(targets.config_loading,)),
     )
 }  # fmt: skip

@@ -34,12 +34,13 @@ from detectors.review.config import ReviewHttpSettings
 from detectors.review.model import ReviewContext, ReviewItem
 from detectors.review.store import ReviewStore
 from detectors.review.web import SESSION_COOKIE, ReviewPage
-from monitor import config, events, trace
+from monitor.contract import events, trace
 from monitor.contract.events import InvalidRecord, parse_feedback, parse_labels
 from monitor.contract.http import wire
 from monitor.contract.http.service import HttpService
 from monitor.contract.http.wire import HEAD_END, Response, parse_head
 from monitor.contract.pipeline_metrics import PipelineMetrics
+from monitor.runtime import config_loading
 from monitor.runtime.config_loading import ConfigError, load_config
 from monitor.runtime.pipeline import Pipeline
 
@@ -61,7 +62,7 @@ __all__ = [
     "ReviewStore",
     "SpanAssembly",
     "assembly",
-    "config",
+    "config_loading",
     "decode_logs_json",
     "decode_logs_proto",
     "decode_logs_record",
