@@ -72,6 +72,7 @@ class TraceMapper:
         self._query_pointers = tuple(map(parse_pointer, config.query_pointers))
         self._answer_pointers = tuple(map(parse_pointer, config.answer_pointers))
         self._doc_id_keys = tuple(config.doc_id_keys)
+        self._doc_id_key_set = frozenset(config.doc_id_keys)
         # Most metadata names no source id: one search of the raw JSON spares parsing it.
         self._names_doc_id = re.compile(
             "|".join(re.escape(orjson.dumps(key).decode()) for key in config.doc_id_keys) or "(?!)"
@@ -260,7 +261,13 @@ class TraceMapper:
         metadata = json_object(raw)
         content = text(doc.get("content"))
         own_id = doc.get("id")
-        source_id = self._source_id(metadata) if self._may_name_source(raw) else None
+        # The metadata is parsed here anyway, and most holds none of doc_id_keys: a set test
+        # says so sooner than the search of its text, which still has the last word.
+        source_id = (
+            self._source_id(metadata)
+            if not self._doc_id_key_set.isdisjoint(metadata) and self._may_name_source(raw)
+            else None
+        )
         chunk_id, derived = None, False
         if usable_id(own_id):
             doc_id = str(own_id)
