@@ -42,7 +42,6 @@ from detectors.review.page import (
 from monitor.contract.http.limits import HttpLimits
 from monitor.contract.http.service import HttpService
 from monitor.contract.http.wire import Request, Response
-from monitor.contract.inflight import ByteBudget
 from monitor.contract.sidecar_registry import SidecarRegistry
 
 if TYPE_CHECKING:
@@ -113,7 +112,7 @@ class ReviewPage(HttpService):
             settings.port,
             HttpLimits.of(settings),
             registry=registry,
-            budget=ByteBudget("review", FORMS_IN_FLIGHT * settings.max_body_bytes),
+            budget=registry.budget("review", FORMS_IN_FLIGHT * settings.max_body_bytes),
             discard_bytes=settings.max_body_bytes,
         )
 

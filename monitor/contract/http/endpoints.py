@@ -12,7 +12,6 @@ from prometheus_client.exposition import choose_encoder
 from monitor.contract.http.limits import HttpLimits
 from monitor.contract.http.service import HttpService
 from monitor.contract.http.wire import Request, Response
-from monitor.contract.inflight import ByteBudget
 from monitor.contract.names import COMPONENT_UP
 from monitor.contract.sidecar_registry import SidecarRegistry
 
@@ -87,7 +86,7 @@ class MetricsServer(HttpService):
             port,
             METRICS_LIMITS,
             registry=registry,
-            budget=ByteBudget("metrics", METRICS_INFLIGHT_BYTES),
+            budget=registry.budget("metrics", METRICS_INFLIGHT_BYTES),
         )
 
     def refuse(self, request: Request) -> Response | None:

@@ -26,6 +26,7 @@ from collectors.otlp.http import OtlpHttpReceiver
 from detectors.review.config import ReviewHttpSettings
 from detectors.review.store import ReviewStore
 from detectors.review.web import FORMS_IN_FLIGHT, ReviewPage
+from monitor.contract.http.endpoints import METRICS_INFLIGHT_BYTES, MetricsServer, Readiness
 from monitor.contract.inflight import OTLP_DECODE_FACTOR, ByteBudget
 from monitor.contract.sidecar_registry import SidecarRegistry
 from monitor.contract.work_items import WorkItem
@@ -101,6 +102,15 @@ def test_servers_of_one_registry_share_one_budget_by_name() -> None:
     registry = SidecarRegistry()
     assert registry.budget("otlp", 10) is registry.budget("otlp", 10)
     assert registry.budget("otlp", 10) is not SidecarRegistry().budget("otlp", 10)
+
+
+def test_the_metrics_server_shows_its_own_budget() -> None:
+    """The /metrics server's small budget for stray bodies is on the budget gauges too."""
+    registry = SidecarRegistry()
+    MetricsServer("127.0.0.1", 0, registry, Readiness())
+    budget = {"budget": "metrics"}
+    assert sample(registry, "rag_monitor_inflight_max_bytes", **budget) == METRICS_INFLIGHT_BYTES
+    assert sample(registry, "rag_monitor_inflight_bytes", **budget) == 0
 
 
 def test_a_budget_smaller_than_one_body_is_a_config_error() -> None:
@@ -352,8 +362,9 @@ def test_grpc_shares_the_budget_and_refuses_with_retry_info() -> None:
 
 
 def test_the_review_page_refuses_forms_past_its_own_budget(tmp_path: Path) -> None:
-    """The review page holds FORMS_IN_FLIGHT forms of max_body_bytes at most: one more is
-    answered 503 + Retry-After before its body is read, counted under server="review"."""
+    """The review page holds FORMS_IN_FLIGHT forms of max_body_bytes at most, shown on the
+    budget gauges: one more is answered 503 + Retry-After before its body is read, counted
+    under server="review"."""
     registry = SidecarRegistry()
     store = ReviewStore(tmp_path / "state")
     page = ReviewPage(
@@ -371,6 +382,11 @@ def test_the_review_page_refuses_forms_past_its_own_budget(tmp_path: Path) -> No
             sock.sendall(head + b"a=1")
             stalled.append(sock)
         wait_until(lambda: page.budget.reserved == FORMS_IN_FLIGHT * 1024, timeout=5)
+        budget = {"budget": "review"}
+        assert (
+            sample(registry, "rag_monitor_inflight_max_bytes", **budget) == FORMS_IN_FLIGHT * 1024
+        )
+        assert sample(registry, "rag_monitor_inflight_bytes", **budget) == FORMS_IN_FLIGHT * 1024
         late = socket.create_connection(("127.0.0.1", page.port), timeout=5)
         late.sendall(head)
         status, headers, _ = read_response(late)
