@@ -47,7 +47,7 @@ FEEDBACK_FIELDS = ("name", "score", "label")
 # What the first entry of each feedback family holds: entries are read from index 0 up, so
 # a span with none of these names carries no feedback. Almost no span carries any, and
 # one set test against the span's names costs less than a lookup per family and field.
-FIRST_FEEDBACK_KEYS = frozenset(
+_FIRST_FEEDBACK_KEYS = frozenset(
     f"{prefix}.0.{inner}.{field}"
     for prefix, inner in OPENINFERENCE_FEEDBACK
     for field in FEEDBACK_FIELDS
@@ -126,7 +126,7 @@ def _span_results(span: Span, kind: str) -> list[EvaluationResult]:
         for event in span.events
         if event.name == EVALUATION_EVENT
     ]
-    if not span.attributes.keys().isdisjoint(FIRST_FEEDBACK_KEYS):
+    if not span.attributes.keys().isdisjoint(_FIRST_FEEDBACK_KEYS):
         found.extend(_openinference_results(span))
     if not found and kind == "EVALUATOR":
         return _evaluator_output_results(span)
@@ -135,8 +135,16 @@ def _span_results(span: Span, kind: str) -> list[EvaluationResult]:
 
 def add_results(results: list[EvaluationResult], span: Span, kind: str) -> None:
     """Add the verdicts ``span`` (of ``kind``) carries to ``results``, up to ``MAX_RESULTS``:
-    those of its events, its feedback attributes (``FIRST_FEEDBACK_KEYS``) and, for an
-    EVALUATOR span without either, its output."""
+    those of its events, its feedback attributes and, for an EVALUATOR span without
+    either, its output."""
+    # Nearly every span carries no verdict: without events, a feedback name or the
+    # EVALUATOR kind it costs one set test, not a list.
+    if (
+        not span.events
+        and kind != "EVALUATOR"
+        and span.attributes.keys().isdisjoint(_FIRST_FEEDBACK_KEYS)
+    ):
+        return
     if len(results) < MAX_RESULTS:
         results.extend(_span_results(span, kind)[: MAX_RESULTS - len(results)])
 

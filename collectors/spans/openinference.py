@@ -112,10 +112,6 @@ class TraceMapper:
             self._span_names.add_kinds(tree)
         return tree
 
-    def span_kinds(self, spans: Sequence[Span]) -> dict[str, str]:
-        """Each span's kind as the mapping sees it (span id -> kind, "" for none)."""
-        return self.tree(spans).kinds
-
     def build(self, spans: Sequence[Span], source: Source) -> RagTrace | None:
         """The ``RagTrace`` of one assembled trace, or None when it is not a RAG request."""
         tree = self.tree(spans)

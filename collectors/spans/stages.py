@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from collectors.spans.documents import attribute_documents, documents, retrieved_documents
-from collectors.spans.evaluations import FIRST_FEEDBACK_KEYS, add_results
+from collectors.spans.evaluations import add_results
 from collectors.spans.kinds import JUDGE_KINDS, STAGE_OF_KIND
 from collectors.spans.span import RERANKED_DOCUMENTS, Span
 from collectors.spans.text import count, number, text
@@ -129,14 +129,7 @@ class StageSpans:
         kinds, judged = tree.kinds, found.judged
         for span in tree.spans:
             kind, attributes = kinds[span.span_id], span.attributes
-            # Nearly every span carries no verdict: without events, a feedback name or the
-            # EVALUATOR kind it costs one set test, not a call and a list.
-            if (
-                span.events
-                or kind == "EVALUATOR"
-                or not attributes.keys().isdisjoint(FIRST_FEEDBACK_KEYS)
-            ):
-                add_results(found.evaluations, span, kind)
+            add_results(found.evaluations, span, kind)
             if span.span_id in judged:  # a judge's stream is not the answer's
                 if kind == "LLM":
                     found.judges.append(span)

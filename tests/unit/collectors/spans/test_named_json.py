@@ -129,7 +129,7 @@ def test_the_span_attributes_win_over_json_usage() -> None:
 def test_names_never_override_a_kind_a_convention_gives() -> None:
     """``span_kind_names`` applies to spans of no kind only."""
     mapper = TraceMapper(MappingConfig(span_kind_names={"^QueryEngine": "RETRIEVER"}))
-    assert mapper.span_kinds(SPANS)["wf".ljust(16, "0")] == "CHAIN"
+    assert mapper.tree(SPANS).kinds["wf".ljust(16, "0")] == "CHAIN"
 
 
 ROOT_ONLY = [

@@ -52,7 +52,7 @@ def test_every_reader_of_a_trace_shares_one_ordering(orderings: list[int]) -> No
     assert trace is not None
     assert trace.root_span_id == spans[1].span_id
     assert [usage.prompt_tokens for usage in trace.usage] == [7, 40]  # the wrapper not again
-    kinds = mapper.span_kinds(spans)
+    kinds = mapper.tree(spans).kinds
     assert (kinds[spans[2].span_id], kinds[spans[3].span_id]) == ("", "RETRIEVER")
 
 
