@@ -54,16 +54,23 @@ def _within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
+# The owners that are components: the collectors, each detector, and the tests' components
+# of other packages (``THIRD_PARTY``).
+COMPONENTS = ("detectors.", "collectors", "third_party")
+
+
 def _allowed(owner: str, module: str) -> bool:
     top = module.split(".", maxsplit=1)[0]
     if top not in PACKAGES:
         return True  # the standard library and third-party packages
     if top == "monitor":
         # The contract stands below the runtime; a component sees only the contract.
-        if owner == "monitor.contract" or owner.startswith(("detectors.", "collectors")):
+        if owner == "monitor.contract" or owner.startswith(COMPONENTS):
             return _within(module, "monitor.contract")
         return True
-    if owner.startswith(("detectors.", "collectors")):
+    if owner == "third_party":
+        return False  # nothing of the repository but the contract
+    if owner.startswith(COMPONENTS):
         # A module beside the collectors' packages (owner ``collectors``) is no package.
         own = () if owner == "collectors" else (owner,)
         return any(_within(module, within) for within in (*own, *MAY_ALSO_IMPORT.get(owner, ())))
@@ -76,22 +83,25 @@ THIRD_PARTY = ("tests/testdata/toy_collector", "tests/testdata/toy_detector")
 
 
 def _violations() -> list[str]:
-    found = []
-    paths = [(package, ROOT / package) for package in PACKAGES]
-    paths += [("collectors.third_party", ROOT / folder) for folder in THIRD_PARTY]
-    for package, folder in paths:
-        for path in sorted(folder.rglob("*.py")):
-            owner = package if package.endswith("third_party") else _owner(path)
-            for line, module in _imports(path):
-                if not _allowed(owner, module):
-                    found.append(f"{path.relative_to(ROOT)}:{line}: {owner} imports {module}")
-    return found
+    owned = [
+        (_owner(path), path) for package in PACKAGES for path in (ROOT / package).rglob("*.py")
+    ]
+    owned += [
+        ("third_party", path) for folder in THIRD_PARTY for path in (ROOT / folder).rglob("*.py")
+    ]
+    return [
+        f"{path.relative_to(ROOT)}:{line}: {owner} imports {module}"
+        for owner, path in sorted(owned, key=lambda item: item[1])
+        for line, module in _imports(path)
+        if not _allowed(owner, module)
+    ]
 
 
 def test_imports_follow_the_layers() -> None:
-    """monitor imports no component nor the demo; collectors, each detector and alerts import
-    only the core; the demo imports the core and alerts; within collectors, spans, otlp and
-    then kafka and inspect stand on one another in that order."""
+    """monitor imports no component nor the demo, and its contract nothing of its runtime;
+    collectors, each detector and the tests' third-party components import only the
+    contract; alerts imports only the core; the demo imports the core and alerts; within
+    collectors, spans, otlp and then kafka and inspect stand on one another in that order."""
     assert _violations() == []
 
 
@@ -110,6 +120,9 @@ def test_imports_follow_the_layers() -> None:
         ("monitor.runtime", "monitor.contract.trace", True),
         ("monitor.runtime", "collectors.spans", False),
         ("monitor", "monitor.runtime.cli", True),
+        ("third_party", "monitor.contract.components", True),
+        ("third_party", "monitor.runtime.sidecar", False),
+        ("third_party", "collectors.otlp.export_decoding", False),
         ("collectors", "detectors.cost", False),
         ("detectors.cost", "monitor.contract.trace", True),
         ("detectors.cost", "detectors.cost.config", True),
