@@ -45,14 +45,14 @@ from collections.abc import Callable
 
 from detectors.faithfulness.config import LlmJudgeConfig
 from detectors.faithfulness.judge_contract import JudgePair
-from detectors.faithfulness.judge_metrics import Prices
-from detectors.faithfulness.llm_judge import (
+from detectors.faithfulness.llm_prompts import (
     CLAIMS_SCHEMA,
     VERDICTS_SCHEMA,
     extraction_messages,
     verification_messages,
 )
-from detectors.faithfulness.openai_chat import Usage, request_body
+from detectors.faithfulness.openai_chat import request_body
+from detectors.faithfulness.prices import Prices, Usage
 
 WINDOW_S = 3600.0  # usd_per_hour: the budget's window is an hour
 SLOTS = 360  # slots of the window the spend is kept in (10 s each for an hour)

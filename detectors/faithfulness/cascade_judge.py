@@ -38,13 +38,15 @@ from detectors.faithfulness.cascade_budget import (
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.judge_contract import (
     Judge,
+    JudgeOpener,
     JudgePair,
     JudgeResult,
     JudgeUnavailable,
     WorkerStats,
     batch_size_for,
 )
-from detectors.faithfulness.judge_metrics import Prices, judge_metric
+from detectors.faithfulness.judge_identity import judge_identity
+from detectors.faithfulness.judge_metrics import judge_metric
 from detectors.faithfulness.llm_judge import load_llm_judge
 from detectors.faithfulness.names import (
     JUDGE_BUDGET_USD,
@@ -242,21 +244,21 @@ def load_cascade_judge(
     registry: SidecarRegistry | None,
     on_stats: Callable[[WorkerStats], None],
     stopping: threading.Event,
+    open_first: JudgeOpener,
     window_s: float = WINDOW_S,
     clock: Callable[[], float] = time.monotonic,
 ) -> CascadeJudge:
     """The LLM judge (first: it needs no model, and a missing key stops here before a
-    model loads), then the first judge, opened as if configured alone. ``window_s`` and
+    model loads), then the first judge, opened by ``open_first`` (the sidecar's
+    ``open_judge``) as if configured alone. ``window_s`` and
     ``clock`` are for tests: the budget is ``usd_per_hour`` over an hour of
     ``time.monotonic``."""
-    from detectors.faithfulness.judge_choice import judge_identity, open_judge
-
     cascade = config.cascade
     llm = config.llm_judge
     # The config requires a model, a budget and a price with this judge.
     assert llm.model is not None
     assert cascade.usd_per_hour is not None
-    prices = Prices.configured(llm) or Prices.lookup(llm.model)
+    prices = llm.prices()
     if prices is None:
         raise JudgeUnavailable(
             "faithfulness_cascade_unpriced",
@@ -279,7 +281,7 @@ def load_cascade_judge(
         on_cost=budget.charge,
     )
     try:
-        first = open_judge(
+        first = open_first(
             config.model_copy(update={"judge": cascade.first}),
             registry=registry,
             on_stats=on_stats,

@@ -14,6 +14,7 @@ from detectors.faithfulness.hhem import (
     ModelMissingError,
     read_checkpoint,
 )
+from detectors.faithfulness.local_judge import local_judge, require_local_judge_extra
 from detectors.faithfulness.scorer_command import SCORE
 from detectors.faithfulness.token_classifier import PINNED_REVISIONS as TOKEN_REVISIONS
 from detectors.faithfulness.token_classifier import WEIGHT_FILES as TOKEN_WEIGHT_FILES
@@ -37,31 +38,6 @@ VERIFY_PAIR = ("The parcel left the warehouse on Monday.", "The parcel left on M
 # tokenizer_config.json, special_tokens_map.json) and one copy of the weights.
 TOKEN_FILES = ("*.json",)
 VERIFY_QUESTION = "When did the parcel leave?"
-
-
-def local_judge(config: FaithfulnessConfig) -> str:
-    """The judge kind that runs a model in the judging process: ``judge``, or a cascade's
-    first judge (its second is an LLM behind HTTP)."""
-    return config.cascade.first if config.judge == "cascade" else config.judge
-
-
-def judge_setting(config: FaithfulnessConfig) -> str:
-    """The setting that puts the local judge here, as an extra's error names it."""
-    if config.judge == "cascade":
-        return f"judge: cascade, cascade.first: {config.cascade.first}"
-    return f"judge: {config.judge}"
-
-
-# The extra each local judge's model needs (an LLM judge needs none).
-LOCAL_JUDGE_EXTRAS = {"hhem": "hhem", "token_classifier": "token-judge"}
-
-
-def require_local_judge_extra(config: FaithfulnessConfig, instead: str) -> None:
-    """``MissingExtraError`` (with ``instead``, what to set instead) when the process that
-    judges lacks its local judge's extra."""
-    extra = LOCAL_JUDGE_EXTRAS.get(local_judge(config))
-    if extra is not None:
-        require_extra(extra, f"detectors.faithfulness ({judge_setting(config)})", instead)
 
 
 def require_extras(config: FaithfulnessConfig) -> None:
@@ -225,7 +201,8 @@ def _late_metrics(registry: SidecarRegistry) -> None:
     counters (declared when one is configured) and a cascade's (when it loads)."""
     from detectors.faithfulness.cascade_judge import CascadeMetrics
     from detectors.faithfulness.hhem_judge import precision_info
-    from detectors.faithfulness.judge_metrics import JudgeMetrics, Prices
+    from detectors.faithfulness.judge_metrics import JudgeMetrics
+    from detectors.faithfulness.prices import Prices
 
     precision_info(registry)
     JudgeMetrics(registry, "openai_compatible", Prices())

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 
 from detectors.faithfulness.hhem import HHEM_REPO
+from detectors.faithfulness.prices import Prices
 from detectors.faithfulness.token_classifier import DEFAULT_TOKEN_MODEL
 from monitor.contract.section import Patterns, Section
 from monitor.contract.verdict_exports.config import PhoenixConfig
@@ -88,6 +89,13 @@ class LlmJudgeConfig(Section):
         if (output is None) != (info.data.get("input_usd_per_1m_tokens") is None):
             raise ValueError("set input_usd_per_1m_tokens and output_usd_per_1m_tokens together")
         return output
+
+    def prices(self) -> Prices | None:
+        """The configured prices, else the genai-prices table's entry for the model; None
+        for a model in neither (self-hosted: its tokens are counted, not its cost)."""
+        if self.input_usd_per_1m_tokens is None or self.output_usd_per_1m_tokens is None:
+            return None if self.model is None else Prices.lookup(self.model)
+        return Prices(self.input_usd_per_1m_tokens, self.output_usd_per_1m_tokens)
 
 
 class TokenJudgeConfig(Section):
@@ -339,9 +347,7 @@ class FaithfulnessConfig(Section):
         llm_judge = info.data.get("llm_judge")
         if llm_judge is None or llm_judge.model is None:
             return cascade  # llm_judge itself failed validation: reported there
-        from detectors.faithfulness.judge_metrics import Prices
-
-        if Prices.configured(llm_judge) is None and Prices.lookup(llm_judge.model) is None:
+        if llm_judge.prices() is None:
             raise ValueError(
                 f"a budget in USD needs the LLM judge's prices, and genai-prices has none "
                 f"for {llm_judge.model}: set llm_judge.input_usd_per_1m_tokens and "
@@ -352,16 +358,13 @@ class FaithfulnessConfig(Section):
     @field_validator("granularity")
     @classmethod
     def _granularity_of_hhem(cls, granularity: str, info: Any) -> str:
-        if granularity == "sentence" and info.data.get("judge") == "openai_compatible":
-            raise ValueError(
-                "sentence applies to the hhem judge; openai_compatible splits the answer "
-                "into claims itself"
-            )
-        if granularity == "sentence" and info.data.get("judge") == "token_classifier":
-            raise ValueError(
-                "sentence applies to the hhem judge; token_classifier judges each token of "
-                "the answer and reports the unsupported spans"
-            )
+        instead = {  # what each other judge reads instead of sentences
+            "openai_compatible": "splits the answer into claims itself",
+            "token_classifier": "judges each token of the answer",
+        }
+        judge = info.data.get("judge")
+        if granularity == "sentence" and judge in instead:
+            raise ValueError(f"sentence applies to the hhem judge; {judge} {instead[judge]}")
         return granularity
 
     @field_validator("precision")

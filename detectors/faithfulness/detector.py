@@ -21,7 +21,7 @@ import structlog
 from prometheus_client import Counter, Gauge, Histogram
 
 from detectors.faithfulness.config import FaithfulnessConfig
-from detectors.faithfulness.judge_choice import judge_identity
+from detectors.faithfulness.judge_identity import judge_identity
 from detectors.faithfulness.names import (
     BELOW_THRESHOLD_TOTAL,
     CACHE_HITS_TOTAL,
@@ -69,7 +69,7 @@ class FaithfulnessMetrics:
     """The faithfulness metrics (README, "Faithfulness"), plus the model's own counters.
 
     Every verdict series carries the ``judge`` label, the judge's identity
-    (``judge_choice.judge_identity``), and ``rag_faithfulness_judge_info`` names the judge this
+    (``judge_identity.judge_identity``), and ``rag_faithfulness_judge_info`` names the judge this
     process runs: the rules keep each judge apart and follow the current one."""
 
     def __init__(self, registry: SidecarRegistry, judge: str, slicer: Slicer | None = None) -> None:

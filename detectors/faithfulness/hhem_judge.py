@@ -27,7 +27,6 @@ from detectors.faithfulness.hhem import (
     read_checkpoint,
     set_threads,
 )
-from detectors.faithfulness.judge_choice import judge_identity
 from detectors.faithfulness.judge_contract import (
     JudgePair,
     JudgeResult,
@@ -36,6 +35,7 @@ from detectors.faithfulness.judge_contract import (
     batch_size_for,
     pair_key,
 )
+from detectors.faithfulness.judge_identity import judge_identity
 from detectors.faithfulness.names import PRECISION_INFO
 from detectors.faithfulness.precision import calibrate
 from detectors.faithfulness.triage import split_sentences

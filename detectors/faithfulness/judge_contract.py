@@ -10,21 +10,24 @@ unsupported spans, a cascade each tier's verdict. The judges (``judge:`` in
 (``token_judge.py``), ``openai_compatible`` (``llm_judge.py``) and ``cascade``
 (``cascade_judge.py``: a local judge, then the LLM judge on the uncertain band);
 ``judge_choice.open_judge`` loads the configured one. Each imports this module, so it imports
-none of them.
+none of them; the judges' name is ``judge_identity.py``'s, their prompts ``llm_prompts.py``'s.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeVar
 
 from monitor.contract.trace import Spans, TierVerdict
 
 if TYPE_CHECKING:
+    import threading
+
     from detectors.faithfulness.config import FaithfulnessConfig
+    from monitor.contract.sidecar_registry import SidecarRegistry
 
 # Why a pair has no score. model_error: the local model failed on it; cancelled: the worker
 # stopped while the pair was being judged; the rest are the LLM endpoint's answers.
@@ -105,6 +108,20 @@ class Judge(Protocol):
     def close(self) -> None:
         """Release threads or sessions; the judge is not called again."""
         ...
+
+
+class JudgeOpener(Protocol):
+    """``judge_choice.open_judge``'s signature: a cascade is handed it to open its first
+    judge, so no judge module imports the module that imports the judges."""
+
+    def __call__(
+        self,
+        config: FaithfulnessConfig,
+        *,
+        registry: SidecarRegistry | None,
+        on_stats: Callable[[WorkerStats], None],
+        stopping: threading.Event,
+    ) -> Judge: ...
 
 
 class JudgeUnavailable(Exception):

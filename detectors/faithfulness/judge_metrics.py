@@ -1,6 +1,6 @@
 """What the LLM judge itself costs: requests by outcome, tokens, USD, and claims.
 
-Prices are the configured ones (``llm_judge.input_usd_per_1m_tokens`` and
+Prices (``prices.py``) are the configured ones (``llm_judge.input_usd_per_1m_tokens`` and
 ``output_usd_per_1m_tokens``), else the genai-prices table's entry for the model; a
 model in neither (a self-hosted one) has its tokens counted but no cost.
 """
@@ -8,9 +8,7 @@ model in neither (a self-hosted one) has its tokens counted but no cost.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from decimal import Decimal
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client import Counter, Gauge
 
@@ -21,50 +19,13 @@ from detectors.faithfulness.names import (
     JUDGE_REQUESTS_TOTAL,
     JUDGE_TOKENS_TOTAL,
 )
-from detectors.faithfulness.openai_chat import REQUEST_OUTCOMES, RequestOutcome, Usage
+from detectors.faithfulness.openai_chat import REQUEST_OUTCOMES, RequestOutcome
+from detectors.faithfulness.prices import Prices, Usage
 
 if TYPE_CHECKING:
-    from detectors.faithfulness.config import LlmJudgeConfig
     from monitor.contract.sidecar_registry import SidecarRegistry
 
-_MTOK = 1_000_000
 _M = TypeVar("_M", Counter, Gauge)
-
-
-@dataclass(frozen=True, slots=True)
-class Prices:
-    """USD per token in and out, or a genai-prices entry for tiered prices."""
-
-    input_per_mtok: float = 0.0
-    output_per_mtok: float = 0.0
-    table_entry: Any = None  # genai_prices ModelPrice
-
-    @classmethod
-    def configured(cls, config: LlmJudgeConfig) -> Prices | None:
-        if config.input_usd_per_1m_tokens is None or config.output_usd_per_1m_tokens is None:
-            return None
-        return cls(config.input_usd_per_1m_tokens, config.output_usd_per_1m_tokens)
-
-    @classmethod
-    def lookup(cls, model: str) -> Prices | None:
-        """The genai-prices entry for ``model``; None when the table does not know it."""
-        from genai_prices import Usage as PriceUsage
-        from genai_prices import calc_price
-
-        try:
-            found = calc_price(PriceUsage(input_tokens=0), model)
-        except (LookupError, ValueError):
-            return None
-        return cls(table_entry=found.model_price)
-
-    def cost(self, usage: Usage) -> float:
-        if self.table_entry is None:
-            spent = usage.input_tokens * self.input_per_mtok
-            return (spent + usage.output_tokens * self.output_per_mtok) / _MTOK
-        from genai_prices import Usage as PriceUsage
-
-        counts = PriceUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
-        return float(Decimal(self.table_entry.calc_price(counts)["total_price"]))
 
 
 class JudgeMetrics:

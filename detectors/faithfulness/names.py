@@ -3,7 +3,7 @@ metrics, its rules and its panels share."""
 
 from __future__ import annotations
 
-# Every verdict series has the label judge: the judge's identity (judge_choice.judge_identity).
+# Every verdict series has the label judge: the judge's identity (judge_identity.judge_identity).
 FAITHFULNESS_SCORE = "rag_faithfulness_score"  # histogram of the judge's scores, label variant
 EVALUATIONS_TOTAL = "rag_faithfulness_evaluations_total"  # labels outcome (scored, ...), variant
 BELOW_THRESHOLD_TOTAL = "rag_faithfulness_below_threshold_total"  # label variant

@@ -27,10 +27,10 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, get_args
 
 from detectors.faithfulness.judge_contract import ErrorKind
+from detectors.faithfulness.prices import Usage
 
 # What one attempt came to; every kind but ok is also an ErrorKind of the judge.
 Failure = Literal[
@@ -45,14 +45,6 @@ MAX_REPLY_BYTES = 4 << 20  # a chat completion of claims or verdicts is a few KB
 _RETRIED: frozenset[Failure] = frozenset(
     ("timeout", "rate_limited", "server_error", "connection_error")
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Tokens one reply says it used."""
-
-    input_tokens: int
-    output_tokens: int
 
 
 class ChatError(Exception):

@@ -28,8 +28,8 @@ from prometheus_client import Counter, Gauge
 
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.detector import FaithfulnessMetrics
-from detectors.faithfulness.judge_choice import judge_identity
 from detectors.faithfulness.judge_contract import Judge, JudgePair, JudgeResult, WorkerStats
+from detectors.faithfulness.judge_identity import judge_identity
 from detectors.faithfulness.names import (
     SCORER_PAIRS_TOTAL,
     SCORER_PARTITIONS,

@@ -34,8 +34,8 @@ def _score(args: argparse.Namespace, config: Config) -> int:
     del args
     import structlog
 
-    from detectors.faithfulness.component import require_local_judge_extra
     from detectors.faithfulness.judge_choice import open_judge
+    from detectors.faithfulness.local_judge import require_local_judge_extra
     from monitor.contract.config import kafka_connection
     from monitor.contract.extras import MissingExtraError
 

@@ -37,6 +37,7 @@ from detectors.faithfulness.judge_contract import (
     batch_size_for,
     pair_key,
 )
+from detectors.faithfulness.judge_identity import judge_identity
 from detectors.faithfulness.token_classifier import (
     TOKEN_PRECISIONS,
     AnswerTooLongError,
@@ -229,7 +230,6 @@ def load_token_judge(
     import torch
 
     from detectors.faithfulness.hhem_judge import precision_info
-    from detectors.faithfulness.judge_choice import judge_identity
 
     section = config.token_classifier
     directory = resolve_token_model(section.model)

@@ -134,7 +134,12 @@ def script(answers: list[str], **hooks: Any) -> Script:
 
 def opened(config: FaithfulnessConfig, registry: SidecarRegistry, clock: Clock) -> CascadeJudge:
     return load_cascade_judge(
-        config, registry=registry, on_stats=lambda _: None, stopping=threading.Event(), clock=clock
+        config,
+        registry=registry,
+        on_stats=lambda _: None,
+        stopping=threading.Event(),
+        open_first=open_judge,
+        clock=clock,
     )
 
 

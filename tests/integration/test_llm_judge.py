@@ -20,8 +20,9 @@ from structlog.testing import capture_logs
 
 from detectors.faithfulness import FaithfulnessDetector
 from detectors.faithfulness.config import FaithfulnessConfig
-from detectors.faithfulness.judge_choice import judge_identity, open_judge
+from detectors.faithfulness.judge_choice import open_judge
 from detectors.faithfulness.judge_contract import JudgePair
+from detectors.faithfulness.judge_identity import judge_identity
 from detectors.faithfulness.llm_judge import LlmJudge
 from detectors.review.model import Verdict
 from detectors.review.report import build_report, summary

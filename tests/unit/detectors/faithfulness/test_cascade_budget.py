@@ -23,9 +23,9 @@ from detectors.faithfulness.cascade_budget import (
 )
 from detectors.faithfulness.component import model_needs, require_extras
 from detectors.faithfulness.config import FaithfulnessConfig
-from detectors.faithfulness.judge_choice import judge_identity
 from detectors.faithfulness.judge_contract import JudgePair, batch_size_for
-from detectors.faithfulness.judge_metrics import Prices
+from detectors.faithfulness.judge_identity import judge_identity
+from detectors.faithfulness.prices import Prices
 from detectors.faithfulness.worker import STALL_S, stall_after_s
 from monitor.contract.extras import MissingExtraError
 from monitor.runtime.config_loading import ConfigError, load_config

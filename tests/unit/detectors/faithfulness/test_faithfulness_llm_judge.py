@@ -17,17 +17,16 @@ from genai_prices import calc_price
 
 from detectors.faithfulness.component import missing_models, model_needs
 from detectors.faithfulness.config import FaithfulnessConfig
-from detectors.faithfulness.judge_choice import judge_identity
 from detectors.faithfulness.judge_contract import batch_size_for
-from detectors.faithfulness.judge_metrics import Prices
-from detectors.faithfulness.llm_judge import parse_claims, parse_verdicts
+from detectors.faithfulness.judge_identity import judge_identity
+from detectors.faithfulness.llm_prompts import parse_claims, parse_verdicts
 from detectors.faithfulness.openai_chat import (
-    Usage,
     parse_retry_after,
     read_content,
     read_usage,
     status_outcome,
 )
+from detectors.faithfulness.prices import Prices, Usage
 from detectors.faithfulness.worker import STALL_S, stall_after_s
 from detectors.review.calibration import judge_calibration, judge_calibrations
 from detectors.review.model import ReviewItem, Verdict
@@ -266,12 +265,12 @@ def test_statuses_map_to_outcomes(status: int, outcome: str) -> None:
 
 def test_configured_prices_are_per_million_tokens() -> None:
     """1,000 tokens in at 0.15 and 200 out at 0.6 per million: 0.00027 USD."""
-    prices = Prices.configured(
-        llm_config(input_usd_per_1m_tokens=0.15, output_usd_per_1m_tokens=0.6).llm_judge
-    )
-    assert prices is not None
-    assert prices.cost(Usage(1000, 200)) == pytest.approx(0.00027)
-    assert Prices.configured(llm_config().llm_judge) is None
+    prices = llm_config(input_usd_per_1m_tokens=0.15, output_usd_per_1m_tokens=0.6).llm_judge
+    assert prices.prices() == Prices(0.15, 0.6)
+    assert Prices(0.15, 0.6).cost(Usage(1000, 200)) == pytest.approx(0.00027)
+    # Unset, the table decides: it does not know this model.
+    assert llm_config().llm_judge.prices() is None
+    assert llm_config(model="gpt-4o-mini").llm_judge.prices() == Prices.lookup("gpt-4o-mini")
 
 
 def test_without_prices_the_table_prices_known_models_only() -> None:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from detectors.faithfulness import llm_judge
+from detectors.faithfulness import llm_prompts
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.hhem import HHEM_REPO, PINNED_REVISIONS
-from detectors.faithfulness.judge_choice import judge_identity
+from detectors.faithfulness.judge_identity import judge_identity
 from monitor.contract.trace import JudgeScore, UnscoredAnswer
 from monitor.contract.verdict_exports.otlp_logs import EVALUATOR_ID, record_attributes
 
@@ -42,7 +42,7 @@ def test_llm_identity_changes_with_the_model_the_prompts_and_the_claims_cut(
     assert judge_identity(FaithfulnessConfig.model_validate(other_model)) != base
     fewer_claims = {**LLM, "llm_judge": {**LLM["llm_judge"], "max_claims": 5}}  # type: ignore[dict-item]
     assert judge_identity(FaithfulnessConfig.model_validate(fewer_claims)) != base
-    monkeypatch.setattr(llm_judge, "VERIFY_PROMPT", llm_judge.VERIFY_PROMPT + " Be strict.")
+    monkeypatch.setattr(llm_prompts, "VERIFY_PROMPT", llm_prompts.VERIFY_PROMPT + " Be strict.")
     assert judge_identity(FaithfulnessConfig.model_validate(LLM)) != base
     monkeypatch.undo()
     # the endpoint and the key decide where the judge runs, not its verdicts

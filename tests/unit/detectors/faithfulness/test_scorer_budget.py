@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from detectors.faithfulness.judge_choice import judge_identity
 from detectors.faithfulness.judge_contract import JudgePair, JudgeResult
+from detectors.faithfulness.judge_identity import judge_identity
 from detectors.faithfulness.remote import pair_record, stratum_of, verdict_from_record
 from detectors.faithfulness.scorer import Pair, Scorer
 from detectors.faithfulness.scorer_budget import FloorBudget, SeenTraces

@@ -25,8 +25,9 @@ from structlog.testing import capture_logs
 from detectors.faithfulness import component
 from detectors.faithfulness.config import FaithfulnessConfig
 from detectors.faithfulness.hhem import ModelMissingError
-from detectors.faithfulness.judge_choice import judge_identity, open_judge
+from detectors.faithfulness.judge_choice import open_judge
 from detectors.faithfulness.judge_contract import JudgePair, JudgeResult, WorkerStats
+from detectors.faithfulness.judge_identity import judge_identity
 from detectors.faithfulness.token_classifier import (
     DEFAULT_TOKEN_MODEL,
     TokenClassifier,
