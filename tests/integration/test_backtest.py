@@ -56,17 +56,27 @@ detectors:
 
 def backtest(*arguments: str) -> dict[str, Any]:
     """``rag-monitor rules backtest ... --json`` as a process; its report."""
+    return report_of(start_backtest(*arguments))
+
+
+def start_backtest(*arguments: str) -> subprocess.Popen[str]:
     binary("promtool")
     binary("prometheus")
-    done = subprocess.run(
+    return subprocess.Popen(
         [sys.executable, "-m", "monitor", "rules", "backtest", *arguments, "--json"],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
-        check=False,
     )
-    assert done.returncode == 0, done.stderr
-    report: dict[str, Any] = json.loads(done.stdout)
+
+
+def report_of(process: subprocess.Popen[str]) -> dict[str, Any]:
+    try:
+        out, err = process.communicate(timeout=600)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    report: dict[str, Any] = json.loads(out)
     return report
 
 
@@ -80,25 +90,35 @@ def minutes_to_fire(report: dict[str, Any], signal: str) -> float | None:
     return min(fired, default=None)
 
 
+@pytest.fixture(scope="module")
+def healthy_weeks(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict[str, Any]]:
+    """Eight healthy weeks after a warm-up week at each size, with 50 random reviews a week
+    of a judge that reads 2 points high; the smallest service samples without the hourly
+    floor (its night windows are the thinnest). The three run at once: each is a few
+    minutes of one core's work."""
+    config = tmp_path_factory.mktemp("unfloored") / "monitor.yaml"
+    config.write_text(UNFLOORED_SAMPLER)
+    weeks = ("--evaluate", "56d", "--reviews-per-week", "50", "--judge-bias", "0.02")
+    started = {
+        size: start_backtest(
+            *(("--config", str(config)) if size == SIZES[0] else ()),
+            *("--simulate", "--requests-per-day", str(size), *weeks),
+        )
+        for size in SIZES
+    }
+    return {size: report_of(process) for size, process in started.items()}
+
+
 @pytest.mark.parametrize("requests_per_day", SIZES, ids=SIZE_IDS)
 def test_healthy_world_stays_within_the_false_alert_budget(
-    requests_per_day: int, tmp_path: Path
+    requests_per_day: int, healthy_weeks: dict[int, dict[str, Any]]
 ) -> None:
-    """Eight healthy weeks after a warm-up week, with 50 random reviews a week of a judge
-    that reads 2 points high (the corrected pages are tested from the second week on):
-    each page alert fires at most once a month, each ticket at most once a week, and
-    RagJudgeBiased never. Eight, not two: a budget is a long-run rate, and two weeks hold
-    about 2 expected firings of a ticket at budget, too few to tell 1 a week from 1.5. The
-    smallest service samples without the hourly floor: its night windows are the thinnest."""
-    options: tuple[str, ...] = ()
-    if requests_per_day == SIZES[0]:
-        config = tmp_path / "monitor.yaml"
-        config.write_text(UNFLOORED_SAMPLER)
-        options = ("--config", str(config))
-    report = backtest(
-        *options, "--simulate", "--requests-per-day", str(requests_per_day),
-        "--evaluate", "56d", "--reviews-per-week", "50", "--judge-bias", "0.02",
-    )  # fmt: skip
+    """Eight healthy weeks (``healthy_weeks``): each page alert fires at most once a month,
+    each ticket at most once a week, and RagJudgeBiased never; the corrected pages are
+    tested from the second week on. Eight, not two: a budget is a long-run rate, and two
+    weeks hold about 2 expected firings of a ticket at budget, too few to tell 1 a week
+    from 1.5."""
+    report = healthy_weeks[requests_per_day]
     assert report["weeks"] == pytest.approx(8, abs=0.01)
     noisy = {
         f"{row['alert']} {row['severity']}": row["firings_per_week"]
