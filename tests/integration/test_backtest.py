@@ -72,7 +72,7 @@ def start_backtest(*arguments: str) -> subprocess.Popen[str]:
 
 def report_of(process: subprocess.Popen[str]) -> dict[str, Any]:
     try:
-        out, err = process.communicate(timeout=600)
+        out, err = process.communicate(timeout=900)
     finally:
         process.kill()
     assert process.returncode == 0, err
@@ -90,35 +90,44 @@ def minutes_to_fire(report: dict[str, Any], signal: str) -> float | None:
     return min(fired, default=None)
 
 
+# What each world of the sized tests below evaluates beside its size.
+SIZED_WORLDS = {
+    # Eight healthy weeks after a warm-up week, with 50 random reviews a week of a judge
+    # that reads 2 points high.
+    "healthy": ("--evaluate", "56d", "--reviews-per-week", "50", "--judge-bias", "0.02"),
+    "day_peak": ("--evaluate", "1d", "--incident", "all:7d14h:6h"),
+    "night_trough": ("--evaluate", "1d", "--incident", "all:7d2h:2h"),
+}
+
+
 @pytest.fixture(scope="module")
-def healthy_weeks(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict[str, Any]]:
-    """Eight healthy weeks after a warm-up week at each size, with 50 random reviews a week
-    of a judge that reads 2 points high; the smallest service samples without the hourly
-    floor (its night windows are the thinnest). The three run at once: each is a few
-    minutes of one core's work."""
+def sized_worlds(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], Any]:
+    """The report of each world of ``SIZED_WORLDS`` at each size, the nine backtests run at
+    once: each is one core's work, the healthy weeks a few minutes each. The smallest
+    service's healthy weeks sample without the hourly floor: its night windows are the
+    thinnest."""
     config = tmp_path_factory.mktemp("unfloored") / "monitor.yaml"
     config.write_text(UNFLOORED_SAMPLER)
-    weeks = ("--evaluate", "56d", "--reviews-per-week", "50", "--judge-bias", "0.02")
     started = {
-        size: start_backtest(
-            *(("--config", str(config)) if size == SIZES[0] else ()),
-            *("--simulate", "--requests-per-day", str(size), *weeks),
+        (world, size): start_backtest(
+            *(("--config", str(config)) if (world, size) == ("healthy", SIZES[0]) else ()),
+            *("--simulate", "--requests-per-day", str(size), *options),
         )
+        for world, options in SIZED_WORLDS.items()
         for size in SIZES
     }
-    return {size: report_of(process) for size, process in started.items()}
+    return {key: report_of(process) for key, process in started.items()}
 
 
 @pytest.mark.parametrize("requests_per_day", SIZES, ids=SIZE_IDS)
 def test_healthy_world_stays_within_the_false_alert_budget(
-    requests_per_day: int, healthy_weeks: dict[int, dict[str, Any]]
+    requests_per_day: int, sized_worlds: dict[tuple[str, int], Any]
 ) -> None:
-    """Eight healthy weeks (``healthy_weeks``): each page alert fires at most once a month,
-    each ticket at most once a week, and RagJudgeBiased never; the corrected pages are
-    tested from the second week on. Eight, not two: a budget is a long-run rate, and two
-    weeks hold about 2 expected firings of a ticket at budget, too few to tell 1 a week
-    from 1.5."""
-    report = healthy_weeks[requests_per_day]
+    """Eight healthy weeks: each page alert fires at most once a month, each ticket at most
+    once a week, and RagJudgeBiased never; the corrected pages are tested from the second
+    week on. Eight, not two: a budget is a long-run rate, and two weeks hold about 2
+    expected firings of a ticket at budget, too few to tell 1 a week from 1.5."""
+    report = sized_worlds["healthy", requests_per_day]
     assert report["weeks"] == pytest.approx(8, abs=0.01)
     noisy = {
         f"{row['alert']} {row['severity']}": row["firings_per_week"]
@@ -130,14 +139,13 @@ def test_healthy_world_stays_within_the_false_alert_budget(
 
 
 @pytest.mark.parametrize("requests_per_day", SIZES, ids=SIZE_IDS)
-def test_incident_at_the_day_peak_fires_in_time(requests_per_day: int) -> None:
+def test_incident_at_the_day_peak_fires_in_time(
+    requests_per_day: int, sized_worlds: dict[tuple[str, int], Any]
+) -> None:
     """At 14:00 (pass share 0.75, regeneration x2, false exclusion 0.06, p95 2.5 s, no
     contexts): faithfulness, latency, regeneration and field coverage fire within 60
     minutes, false exclusion in 6 h."""
-    report = backtest(
-        "--simulate", "--requests-per-day", str(requests_per_day),
-        "--evaluate", "1d", "--incident", "all:7d14h:6h",
-    )  # fmt: skip
+    report = sized_worlds["day_peak", requests_per_day]
     deadlines = {
         "faithfulness": 60, "latency": 60, "regeneration": 60, "false_exclusion": 360,
         "coverage": 60,
@@ -151,13 +159,12 @@ def test_incident_at_the_day_peak_fires_in_time(requests_per_day: int) -> None:
 
 
 @pytest.mark.parametrize("requests_per_day", SIZES, ids=SIZE_IDS)
-def test_incident_at_the_night_trough_fires_in_time(requests_per_day: int) -> None:
+def test_incident_at_the_night_trough_fires_in_time(
+    requests_per_day: int, sized_worlds: dict[tuple[str, int], Any]
+) -> None:
     """At 02:00, a twentieth of the peak's traffic: latency, regeneration and field
     coverage fire within 60 minutes."""
-    report = backtest(
-        "--simulate", "--requests-per-day", str(requests_per_day),
-        "--evaluate", "1d", "--incident", "all:7d2h:2h",
-    )  # fmt: skip
+    report = sized_worlds["night_trough", requests_per_day]
     late = {
         signal: minutes_to_fire(report, signal)
         for signal in ("latency", "regeneration", "coverage")
