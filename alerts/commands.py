@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from monitor.contract.components import Command
+from monitor.contract.command import Command
 
 if TYPE_CHECKING:
     from monitor.contract.config import Config

@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 from prometheus_client.registry import Collector
 
-from monitor.contract.components import BuildContext, load_commands, load_components
+from monitor.contract.command import load_commands
+from monitor.contract.components import BuildContext, load_components
 from monitor.contract.config import Config, detector_section, kafka_connection, shared_values
 from monitor.contract.sidecar_registry import SidecarRegistry
 from monitor.runtime.cli import build_parser
@@ -203,15 +204,15 @@ def _sidecar_families(config: Config) -> list[_FamilyRow]:
 
 
 def _command_families(config: Config) -> list[tuple[_FamilyRow, list[str]]]:
-    """The families of each command that serves its own /metrics, with the detector that
-    registers the command (none for a command of its own entry point)."""
-    owners = {command: [c.name] for c in load_components() for command in c.commands}
+    """The families of each command that serves its own /metrics, with the detector they
+    belong to (none for the core's)."""
     found = []
     for command in load_commands():
         if command.metrics is not None:
             registry = _RecordingRegistry()
             command.metrics(config, registry)
-            found += [(row, owners.get(command, [])) for row in _families(registry)]
+            owners = [command.detector] if command.detector else []
+            found += [(row, owners) for row in _families(registry)]
     return found
 
 

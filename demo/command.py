@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from monitor.contract.components import Command
+from monitor.contract.command import Command
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:

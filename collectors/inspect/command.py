@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from monitor.contract.components import Command
+from monitor.contract.command import Command
 
 if TYPE_CHECKING:  # imported when used: ``rag-monitor --help`` loads this module
     from collectors.otlp.decode import DecodedSpans

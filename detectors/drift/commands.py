@@ -1,8 +1,8 @@
 """The drift detector's commands: ``rag-monitor report drift``, ``drift set-reference`` and
 ``drift references``.
 
-The CLI finds them on the component (``DetectorComponent.commands``); the report
-and the reference store are imported only when a command runs.
+Registered under ``rag_monitor.commands`` (the project's pyproject); the report and the
+reference store are imported only when a command runs.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from monitor.contract.components import Command
+from monitor.contract.command import Command
 
 if TYPE_CHECKING:
     from monitor.contract.config import Config
@@ -96,18 +96,18 @@ def _references(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-COMMANDS = (
-    Command(("report", "drift"), "write the weekly drift report", _report_arguments, _report),
-    Command(
-        ("drift", "set-reference"),
-        "replace the drift reference from the state or a file",
-        _set_reference_arguments,
-        _set_reference,
-    ),
-    Command(
-        ("drift", "references"),
-        "list the stored drift references (versions per representation)",
-        lambda parser: None,
-        _references,
-    ),
+REPORT_DRIFT = Command(
+    ("report", "drift"), "write the weekly drift report", _report_arguments, _report
+)
+SET_REFERENCE = Command(
+    ("drift", "set-reference"),
+    "replace the drift reference from the state or a file",
+    _set_reference_arguments,
+    _set_reference,
+)
+REFERENCES = Command(
+    ("drift", "references"),
+    "list the stored drift references (versions per representation)",
+    lambda parser: None,
+    _references,
 )

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from detectors.drift import alerting
-from detectors.drift.commands import COMMANDS
 from detectors.drift.config import DriftConfig
 from monitor.contract.components import BuildContext, DetectorComponent, ModelNeed, ModelSupport
 from monitor.contract.detector import Detector
@@ -116,7 +115,6 @@ COMPONENT = DetectorComponent(
     rules=alerting.rules,
     rows=alerting.rows,
     order=60,
-    commands=COMMANDS,
     models=ModelSupport(needs=embedder_needs, load=load_embedder, missing=missing_embedder),
     require_extras=require_extras,
 )

@@ -15,7 +15,6 @@ from detectors.faithfulness.hhem import (
     read_checkpoint,
 )
 from detectors.faithfulness.local_judge import local_judge, require_local_judge_extra
-from detectors.faithfulness.scorer_command import SCORE
 from detectors.faithfulness.token_classifier import PINNED_REVISIONS as TOKEN_REVISIONS
 from detectors.faithfulness.token_classifier import WEIGHT_FILES as TOKEN_WEIGHT_FILES
 from detectors.faithfulness.token_classifier import resolve_token_model
@@ -219,7 +218,6 @@ COMPONENT = DetectorComponent(
     rows=alerting.rows,
     order=40,
     models=ModelSupport(needs=model_needs, load=load_model, missing=missing_models),
-    commands=(SCORE,),
     simulate=_simulate,
     incidents=("faithfulness", "faithfulness_intent", "judge_blind", "judge_change"),
     late_metrics=_late_metrics,

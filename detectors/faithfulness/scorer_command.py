@@ -13,7 +13,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from monitor.contract.components import Command
+from monitor.contract.command import Command
 from monitor.contract.sidecar_registry import SidecarRegistry
 
 if TYPE_CHECKING:  # kafka and the HTTP server load when the command runs, not for --help
@@ -106,4 +106,5 @@ SCORE = Command(
     _arguments,
     _score,
     metrics=_declare,
+    detector="faithfulness",
 )

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from detectors.review.model import Progress, ReviewItem, Verdict
-from monitor.contract.components import Command
+from monitor.contract.command import Command
 
 if TYPE_CHECKING:
     from monitor.contract.config import Config
@@ -105,17 +105,15 @@ def _report(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-COMMANDS = (
-    Command(
-        ("review", "export-golden"),
-        "write reviewed items with gold documents as golden-set probes",
-        _export_arguments,
-        _export,
-    ),
-    Command(
-        ("report", "review"),
-        "write the review report: judge calibration, corrected pass shares, implicit signals",
-        _report_arguments,
-        _report,
-    ),
+EXPORT_GOLDEN = Command(
+    ("review", "export-golden"),
+    "write reviewed items with gold documents as golden-set probes",
+    _export_arguments,
+    _export,
+)
+REPORT_REVIEW = Command(
+    ("report", "review"),
+    "write the review report: judge calibration, corrected pass shares, implicit signals",
+    _report_arguments,
+    _report,
 )

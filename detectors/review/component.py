@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from detectors.review import alerting
-from detectors.review.commands import COMMANDS
 from detectors.review.config import ReviewConfig
 from monitor.contract.components import BuildContext, DetectorComponent
 from monitor.contract.detector import Detector
@@ -56,7 +55,6 @@ COMPONENT = DetectorComponent(
     rules=alerting.rules,
     rows=alerting.rows,
     order=70,
-    commands=COMMANDS,
     late_metrics=_late_metrics,
     provides=_provides,
 )

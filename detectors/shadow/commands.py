@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from monitor.contract.components import Command
+from monitor.contract.command import Command
 
 if TYPE_CHECKING:
     from monitor.contract.config import Config
@@ -49,11 +49,9 @@ def _report(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-COMMANDS = (
-    Command(
-        ("report", "shadow"),
-        "write the shadow comparison: paired deltas with intervals and verdicts",
-        _report_arguments,
-        _report,
-    ),
+REPORT_SHADOW = Command(
+    ("report", "shadow"),
+    "write the shadow comparison: paired deltas with intervals and verdicts",
+    _report_arguments,
+    _report,
 )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from detectors.shadow import alerting
-from detectors.shadow.commands import COMMANDS
 from detectors.shadow.config import ShadowConfig
 from monitor.contract.components import BuildContext, DetectorComponent
 from monitor.contract.detector import Detector
@@ -33,5 +32,4 @@ COMPONENT = DetectorComponent(
     build=_build,
     rows=alerting.rows,
     order=75,
-    commands=COMMANDS,
 )

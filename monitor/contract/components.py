@@ -13,7 +13,6 @@ receiver, its rules and its panels.
 
 from __future__ import annotations
 
-import argparse
 import os
 import threading
 from collections.abc import Callable, Collection, Sequence
@@ -33,8 +32,7 @@ from monitor.contract.sidecar_registry import SidecarRegistry
 from monitor.contract.trace import Event
 from monitor.contract.work_items import PIPELINE_THREAD, Consumer, Events, TraceAssembly
 
-if TYPE_CHECKING:  # numpy loads only when a backtest simulates; config imports this module
-    from monitor.contract.config import Config
+if TYPE_CHECKING:  # numpy loads only when a backtest simulates
     from monitor.contract.rulekit.simulation import SimulatedWorld
 
 # A component's own validated config section: every hook of the component takes it typed.
@@ -42,7 +40,6 @@ SectionT = TypeVar("SectionT", bound=BaseModel)
 
 ENTRY_POINT_GROUP = "rag_monitor.detectors"
 COLLECTOR_GROUP = "rag_monitor.collectors"
-COMMAND_GROUP = "rag_monitor.commands"
 
 
 # How long an emitted event may wait for room in the pipeline queue before it is dropped
@@ -115,29 +112,6 @@ class BuildContext:
     # The Kafka connection (collectors.kafka) when brokers are set: a detector shares its
     # records between replicas through it (review queue, shadow pairs, remote judging).
     kafka: KafkaConnection | None = None
-
-
-@dataclass(frozen=True)
-class Command:
-    """A ``rag-monitor`` command: ``("rules",)`` or a verb and action, ``("report", "drift")``.
-
-    A detector component lists its commands in ``DetectorComponent.commands``;
-    other packages register one per entry point in ``rag_monitor.commands``
-    (entry name: the words joined by ``.``). ``arguments`` adds its options to
-    the parser (``--config`` is already there); ``run`` gets the parsed
-    arguments and the validated root ``Config`` and returns the exit code. Only
-    ``run`` of the chosen command is called after parsing, so heavy imports
-    belong inside it. A command whose process serves its own ``/metrics`` (the scorer)
-    gives ``metrics``: given the root ``Config`` and a registry, it declares there what
-    the process declares before it loads anything, without starting it, so that the
-    metrics reference lists that role's families with the sidecar's.
-    """
-
-    words: tuple[str] | tuple[str, str]
-    help: str
-    arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace, Config], int]
-    metrics: Callable[[Config, SidecarRegistry], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -235,7 +209,6 @@ class DetectorComponent(Generic[SectionT]):
     rules: Callable[[SectionT, GuardrailsConfig], RuleFragment] = _no_rules
     rows: Callable[[SectionT, GuardrailsConfig], list[Row]] = _no_rows
     order: int = 100
-    commands: Sequence[Command] = ()
     # models read from disk (``rag-monitor models fetch``)
     models: ModelSupport[SectionT] | None = None
     fields: Callable[[SectionT, GuardrailsConfig], Collection[str]] = _no_fields
@@ -323,22 +296,6 @@ def _load(group: str, kind: type[ComponentT]) -> list[ComponentT]:
 def load_components() -> Sequence[DetectorComponent[Any]]:
     """The registered detectors, by ``order`` then name; fails naming a bad entry point."""
     return _load(ENTRY_POINT_GROUP, DetectorComponent)
-
-
-def load_commands() -> list[Command]:
-    """The registered commands, then the detector components' commands."""
-    commands = []
-    for entry in entry_points(group=COMMAND_GROUP):
-        command = entry.load()
-        if not isinstance(command, Command) or ".".join(command.words) != entry.name:
-            raise TypeError(
-                f"entry point {entry.name} = {entry.value} in {COMMAND_GROUP} must be a "
-                f"Command with the words {entry.name.split('.')}"
-            )
-        commands.append(command)
-    for component in load_components():
-        commands.extend(component.commands)
-    return commands
 
 
 def load_collectors() -> Sequence[CollectorComponent[Any]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from monitor.contract.components import Command
+    from monitor.contract.command import Command
 
 NOT_AVAILABLE = 2
 _Parsers = argparse._SubParsersAction  # the type add_subparsers returns
@@ -66,7 +66,7 @@ def _add_models(verbs: _Parsers[argparse.ArgumentParser]) -> None:
 
 def _add_registered_commands(verbs: _Parsers[argparse.ArgumentParser]) -> None:
     """``rag-monitor <verb> [<action>] ...`` for each registered command."""
-    from monitor.contract.components import load_commands
+    from monitor.contract.command import load_commands
 
     by_verb: dict[str, list[Command]] = {}
     for command in load_commands():

@@ -19,7 +19,7 @@ from detectors.review.calibration import (
     judge_calibration,
     signal_associations,
 )
-from detectors.review.commands import COMMANDS
+from detectors.review.commands import EXPORT_GOLDEN, REPORT_REVIEW
 from detectors.review.model import ReviewContext, ReviewItem, Verdict
 from detectors.review.report import build_report, export_golden, write_golden, write_report
 from detectors.review.store import ReviewStore
@@ -211,7 +211,7 @@ def test_report_shows_statistics_and_no_production_text(tmp_path: Path, suffix: 
 
 
 def _run(words: tuple[str, ...], argv: list[str], state_dir: Path) -> int:
-    command = next(c for c in COMMANDS if c.words == words)
+    command = next(c for c in (EXPORT_GOLDEN, REPORT_REVIEW) if c.words == words)
     parser = argparse.ArgumentParser()
     command.arguments(parser)
     config = make_config(service={"state_dir": str(state_dir)})
