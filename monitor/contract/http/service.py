@@ -322,9 +322,17 @@ class HttpService:
             return b""
         try:
             async with asyncio.timeout(self.limits.body_timeout_s):
-                # The reader's buffer grows with what arrives; nothing of ``length`` is
-                # allocated before the bytes are there.
-                return await reader.readexactly(length)
+                # Taken as it arrives: nothing of ``length`` is allocated before the bytes
+                # are there. Not readexactly, whose buffer grows by an eighth at a time and
+                # copies what it holds at each step (half the loop thread's CPU, 1.7 MB bodies).
+                chunks: list[bytes] = []
+                while length > 0:
+                    chunk = await reader.read(length)
+                    if not chunk:
+                        raise asyncio.IncompleteReadError(b"".join(chunks), None)
+                    chunks.append(chunk)
+                    length -= len(chunk)
+                return b"".join(chunks)  # one chunk is returned as it is
         except TimeoutError:
             self._hang_up(writer.transport, BODY_TOO_SLOW, "body_timeout")
             return None
