@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -23,6 +23,8 @@ from monitor.runtime.config_loading import load_config
 from tests.integration.conftest import binary
 
 pytestmark = pytest.mark.integration
+
+_K = TypeVar("_K")
 
 SIZES = [45_000, 272_000, 1_800_000]
 SIZE_IDS = ["45k-a-day", "272k-a-day", "1.8M-a-day"]
@@ -80,6 +82,16 @@ def report_of(process: subprocess.Popen[str]) -> dict[str, Any]:
     return report
 
 
+def reports_of(started: dict[_K, subprocess.Popen[str]]) -> dict[_K, dict[str, Any]]:
+    """The report of each backtest started at once; one that fails stops the others, so
+    they do not run on beside the rest of the suite."""
+    try:
+        return {key: report_of(process) for key, process in started.items()}
+    finally:
+        for process in started.values():
+            process.kill()
+
+
 def minutes_to_fire(report: dict[str, Any], signal: str) -> float | None:
     """The first firing of any of the signal's alerts after the incident's start."""
     fired = [
@@ -116,7 +128,7 @@ def sized_worlds(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, in
         for world, options in SIZED_WORLDS.items()
         for size in SIZES
     }
-    return {key: report_of(process) for key, process in started.items()}
+    return reports_of(started)
 
 
 @pytest.mark.parametrize("requests_per_day", SIZES, ids=SIZE_IDS)
@@ -200,9 +212,15 @@ def test_ragas_style_evaluation_pages_on_a_drop_and_stays_quiet_when_healthy(
     config.write_text(RAGAS_CONFIG)
     options = ("--config", str(config), "--simulate", "--requests-per-day", "272000")
     # Both at once: each is one core's work.
-    started_drop = start_backtest(*options, "--evaluate", "1d", "--incident", "evaluation:7d14h:2h")
-    started_healthy = start_backtest(*options)
-    drop, healthy = report_of(started_drop), report_of(started_healthy)
+    reports = reports_of(
+        {
+            "drop": start_backtest(
+                *options, "--evaluate", "1d", "--incident", "evaluation:7d14h:2h"
+            ),
+            "healthy": start_backtest(*options),
+        }
+    )
+    drop, healthy = reports["drop"], reports["healthy"]
     minutes = minutes_to_fire(drop, "evaluation")
     assert (minutes or float("inf")) <= 60, f"minutes to fire (None: not at all): {minutes}"
     rows = [row for row in healthy["alerts"] if row["alert"] == "RagEvaluationFailing"]
